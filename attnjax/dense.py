@@ -21,7 +21,7 @@ def dense_attention(
     score_params: Any,
     bias: Float[Array, "#B #N #T #S"] | None = None,
     mask: Bool[Array, "#B #N #T #S"] | None = None,
-    mask_spec: MaskSpec = MaskSpec(),
+    mask_spec: MaskSpec,
     temperature: Float[Array, "..."] | None = None,
 ) -> tuple[Float[Array, "B T N Hv"], Float[Array, "B N T S"], Float[Array, "B N T"]]:
     """Attention on already validated inputs: ``(output, weights, log-sum-exp)``.

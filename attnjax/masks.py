@@ -73,7 +73,7 @@ def segments(
 
 
 def combine(*masks: Bool[ArrayLike, "..."] | None) -> Bool[Array, "..."] | None:
-    """Logical and of broadcastable masks; ``None`` entries are ignored (all ``None`` → ``None``)."""
+    """Logical and of broadcastable masks, ignoring ``None`` (all ``None`` gives ``None``)."""
     present = [jnp.asarray(m, bool) for m in masks if m is not None]
     return functools.reduce(jnp.logical_and, present) if present else None
 
