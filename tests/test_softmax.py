@@ -1,0 +1,62 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnjax import masked_softmax, masked_softmax_with_lse
+
+LOGITS = jax.random.normal(jax.random.key(0), (3, 5, 7)) * 3
+
+
+def test_matches_jax_softmax_and_logsumexp_without_mask():
+    w, lse = masked_softmax_with_lse(LOGITS)
+    np.testing.assert_allclose(w, jax.nn.softmax(LOGITS), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(lse, jax.nn.logsumexp(LOGITS, axis=-1), rtol=1e-6)
+
+
+def test_jacobian_is_diag_y_minus_y_yt():
+    x = LOGITS[0, 0]
+    y = masked_softmax(x)
+    jac = jax.jacobian(masked_softmax)(x)
+    np.testing.assert_allclose(jac, jnp.diag(y) - jnp.outer(y, y), atol=1e-6)
+
+
+def test_invariant_to_per_row_constant():
+    logits = jnp.round(LOGITS * 64) / 64  # on a grid where adding the shifts is exact
+    shift = jnp.array([1e3, -50.0, 7.0])[:, None, None]
+    np.testing.assert_allclose(masked_softmax(logits + shift), masked_softmax(logits), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("magnitude", [1e4, 1e30, 3e38])
+def test_extreme_logits_give_finite_weights_and_gradients(dtype, magnitude):
+    if dtype == jnp.bfloat16 and magnitude > 3e38:
+        pytest.skip("beyond bfloat16's range")
+    x = jnp.array([[magnitude, -magnitude, 0.0, magnitude / 2]], dtype)
+    w = masked_softmax(x)
+    assert w.dtype == jnp.float32
+    np.testing.assert_allclose(w, [[1.0, 0.0, 0.0, 0.0]], atol=1e-6)
+    grad = jax.grad(lambda x: (masked_softmax(x) * jnp.arange(4.0)).sum())(x.astype(jnp.float32))
+    assert np.all(np.isfinite(grad))
+
+
+def test_masked_entries_get_zero_weight():
+    mask = jnp.array([True, False, True, False, True, True, False])
+    w = masked_softmax(LOGITS, mask)
+    np.testing.assert_array_equal(w[..., ~mask], 0.0)
+    np.testing.assert_allclose(w[..., mask], jax.nn.softmax(LOGITS[..., mask]), rtol=1e-6)
+
+
+def test_fully_masked_row_gives_zero_weights_zero_gradient_and_minus_inf_lse():
+    mask = jnp.ones((3, 5, 7), bool).at[1, 2].set(False)
+
+    def loss(x):
+        w, _ = masked_softmax_with_lse(x, mask)
+        return (w * jnp.arange(7.0)).sum()
+
+    w, lse = masked_softmax_with_lse(LOGITS, mask)
+    np.testing.assert_array_equal(w[1, 2], 0.0)
+    assert lse[1, 2] == -jnp.inf and np.isfinite(np.delete(lse.ravel(), 7)).all()
+    grad = jax.grad(loss)(LOGITS)
+    np.testing.assert_array_equal(grad[1, 2], 0.0)
+    assert np.all(np.isfinite(grad))
