@@ -1,0 +1,57 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import attnjax as aj
+from attnjax import analysis
+
+UNIFORM = jnp.full((2, 3, 8), 1 / 8)
+ONE_HOT = jax.nn.one_hot(jnp.array([[1, 4, 7], [0, 0, 2]]), 8)
+
+
+def test_entropy_uniform_one_hot_and_empty_rows():
+    np.testing.assert_allclose(analysis.entropy(UNIFORM), np.log(8), rtol=1e-6)
+    np.testing.assert_array_equal(analysis.entropy(ONE_HOT), 0.0)
+    assert analysis.entropy(jnp.zeros((1, 8)))[0] == 0.0
+
+
+def test_max_logit_and_saturation():
+    assert analysis.max_logit(jnp.array([[1.0, -3.0], [7.5, 2.0]])) == 7.5
+    rows = jnp.array([[0.995, 0.005], [0.5, 0.5], [1.0, 0.0], [0.9, 0.1]])
+    assert analysis.saturation(rows) == 0.5
+
+
+def test_softmax_jacobian_norm_matches_jax_jacobian():
+    logits = jax.random.normal(jax.random.key(0), (4, 6)) * 2
+    for row in logits:
+        jac = jax.jacobian(jax.nn.softmax)(row)
+        np.testing.assert_allclose(
+            analysis.softmax_jacobian_norm(jax.nn.softmax(row)), jnp.linalg.norm(jac), rtol=1e-5
+        )
+    np.testing.assert_allclose(analysis.softmax_jacobian_norm(ONE_HOT), 0.0, atol=1e-7)
+
+
+def test_head_similarity_identical_and_disjoint_heads():
+    a = jax.nn.one_hot(jnp.array([[0, 1], [2, 3]]), 4)  # head 0 and head 1: disjoint keys
+    maps = jnp.stack([a[0], a[0], a[1]])[None]  # [B=1, N=3, T=2, S=4]
+    sim = analysis.head_similarity(maps)
+    np.testing.assert_allclose(sim, [[1, 1, 0], [1, 1, 0], [0, 0, 1]], atol=1e-6)
+
+
+def test_effective_rank_of_identity_and_rank_one():
+    np.testing.assert_allclose(analysis.effective_rank(jnp.eye(5)), 5.0, rtol=1e-5)
+    np.testing.assert_allclose(analysis.effective_rank(UNIFORM[0]), 1.0, rtol=1e-4)
+
+
+def test_gradient_norm_by_position_linear_map_and_causal_attention():
+    w = jax.random.normal(jax.random.key(1), (4, 3))
+    norms = analysis.gradient_norm_by_position(lambda x: x @ w, jnp.ones((6, 4)), 2)
+    np.testing.assert_allclose(norms, np.eye(6)[2] * float(jnp.linalg.norm(w)), rtol=1e-5)
+
+    def causal_self_attention(x):  # [T, D] -> [T, D], one head
+        h = x[:, None, :]
+        return aj.attention(h, h, h, is_causal=True)[:, 0, :]
+
+    x = jax.random.normal(jax.random.key(2), (6, 4))
+    norms = analysis.gradient_norm_by_position(causal_self_attention, x, 3)
+    assert (norms[:4] > 0).all() and (norms[4:] == 0).all()
