@@ -1,0 +1,37 @@
+"""Flax NNX modules: score modules, multi-head attention, positional encodings, transformer
+blocks and stacks, RNN/CNN baselines, and ``build(ModelConfig, rngs)``."""
+
+from attnjax.nn import baselines, models
+from attnjax.nn.attention import HeadGate, MultiHeadAttention
+from attnjax.nn.baselines import CausalCnn, Rnn
+from attnjax.nn.config import MODELS, ModelConfig, build, register
+from attnjax.nn.models import InputEmbedding, Transformer
+from attnjax.nn.positional import Learned, Sinusoidal, rope, sinusoidal
+from attnjax.nn.scores import SCORE_MODULES, Score, make_score
+from attnjax.nn.transformer import Block, Decoder, Encoder, Mlp
+
+__all__ = [
+    "MODELS",
+    "SCORE_MODULES",
+    "Block",
+    "CausalCnn",
+    "Decoder",
+    "Encoder",
+    "HeadGate",
+    "InputEmbedding",
+    "Learned",
+    "Mlp",
+    "ModelConfig",
+    "MultiHeadAttention",
+    "Rnn",
+    "Score",
+    "Sinusoidal",
+    "Transformer",
+    "baselines",
+    "build",
+    "make_score",
+    "models",
+    "register",
+    "rope",
+    "sinusoidal",
+]

@@ -1,0 +1,171 @@
+"""``MultiHeadAttention``: projections, optional QK-norm and RoPE, a score module, per-head
+gates, all on top of :func:`attnjax.attention`."""
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Bool, Float, Int
+
+from attnjax.attention import attention
+from attnjax.nn.positional import default_positions, rope
+from attnjax.nn.scores import make_score
+
+DENSE = "xla"  # the implementation that materializes the weights
+XAVIER = nnx.initializers.xavier_uniform()
+
+
+class HeadGate(nnx.Variable):
+    """Per-head output multipliers ``[N]``. Not an ``nnx.Param``: optimizers built with
+    ``wrt=nnx.Param`` leave them alone; take head importance as the gradient with
+    ``nnx.grad(loss, argnums=nnx.DiffState(0, HeadGate))``."""
+
+
+class MultiHeadAttention(nnx.Module):
+    """Multi-head, grouped-query (``num_kv_heads < num_heads``) and cross attention.
+
+    ``q = W_Q x``, ``k = W_K x_kv``, ``v = W_V x_kv`` split into heads (``[B, T, N, H]``,
+    ``[B, S, K, H]``, ``H = qkv_features // num_heads``); ``qk_norm`` applies a LayerNorm over
+    ``H`` (scale only, shared by heads, as in ViT-22B) to q and k, then ``rope`` rotates them;
+    the ``score`` module (a name of :data:`attnjax.nn.scores.SCORE_MODULES`, configured by
+    ``score_options``) gives the logits; each head's output is multiplied by its
+    :class:`HeadGate` (ones) before ``W_O``. Kernels use ``kernel_init``, by default
+    Xavier/Glorot uniform over the flattened shapes (``fan_in = in_features``,
+    ``fan_out = N·H`` for ``W_Q``; ``fan_in = N·H`` for ``W_O``); biases are zero.
+
+    ``dropout_rate`` drops attention weights, which needs the dense path: an
+    ``implementation`` other than ``"xla"``/None raises while dropout is active (not
+    deterministic). ``return_weights=True`` (or the attribute ``sow_weights``, which sows the
+    weights as ``nnx.Intermediate`` ``"attention_weights"``) runs the call on the dense path, so
+    output and weights come from the same computation.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        in_features: int,
+        *,
+        in_kv_features: int | None = None,
+        num_kv_heads: int | None = None,
+        qkv_features: int | None = None,
+        out_features: int | None = None,
+        score: str = "scaled_dot",
+        qk_norm: bool = False,
+        rope: bool = False,
+        dropout_rate: float = 0.0,
+        use_bias: bool = True,
+        implementation: str | None = None,
+        score_options: Mapping[str, Any] | None = None,
+        rope_base: float = 10000.0,
+        sow_weights: bool = False,
+        kernel_init: nnx.Initializer = XAVIER,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
+        qkv_features = in_features if qkv_features is None else qkv_features
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads < 1 or qkv_features % num_heads:
+            raise ValueError(
+                f"num_heads: expected an int >= 1 dividing qkv_features={qkv_features}, "
+                f"got {num_heads}"
+            )
+        if num_kv_heads < 1 or num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads: expected a divisor of num_heads={num_heads}, got {num_kv_heads}"
+            )
+        if not 0.0 <= dropout_rate < 1.0:
+            raise ValueError(f"dropout_rate: expected a value in [0, 1), got {dropout_rate}")
+        head_dim = qkv_features // num_heads
+        if rope and head_dim % 2:
+            raise ValueError(f"rope: needs an even head size, got H={head_dim}")
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.rope, self.rope_base = rope, rope_base
+        self.implementation, self.sow_weights = implementation, sow_weights
+
+        def proj(features, heads):
+            return nnx.LinearGeneral(
+                features, (heads, head_dim), use_bias=use_bias, kernel_init=kernel_init,
+                dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+            )  # fmt: skip
+
+        in_kv_features = in_features if in_kv_features is None else in_kv_features
+        self.query = proj(in_features, num_heads)
+        self.key = proj(in_kv_features, num_kv_heads)
+        self.value = proj(in_kv_features, num_kv_heads)
+        self.out = nnx.LinearGeneral(
+            (num_heads, head_dim), in_features if out_features is None else out_features,
+            axis=(-2, -1), use_bias=use_bias, kernel_init=kernel_init, dtype=dtype,
+            param_dtype=param_dtype, rngs=rngs,
+        )  # fmt: skip
+
+        def norm():
+            return nnx.LayerNorm(
+                head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+            )
+
+        self.query_norm, self.key_norm = (norm(), norm()) if qk_norm else (None, None)
+        self.score = make_score(
+            score, num_heads, head_dim, options=score_options, param_dtype=param_dtype, rngs=rngs
+        )
+        self.gate = HeadGate(jnp.ones((num_heads,), param_dtype))
+        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs) if dropout_rate > 0 else None
+
+    def __call__(
+        self,
+        inputs_q: Float[Array, "B T D"],
+        inputs_kv: Float[Array, "B S Dkv"] | None = None,
+        *,
+        mask: Bool[Array, "#B #N #T #S"] | None = None,
+        is_causal: bool = False,
+        positions: Int[Array, "*#B T"] | None = None,
+        deterministic: bool | None = None,
+        return_weights: bool = False,
+    ) -> Float[Array, "B T Dout"] | tuple[Float[Array, "B T Dout"], Float[Array, "B N T S"]]:
+        """Self-attention (``inputs_kv`` None) or cross-attention; ``mask`` is True where a
+        query may attend. RoPE positions default to ``0..T-1``; keys share the queries'
+        positions in self-attention and use ``0..S-1`` in cross-attention."""
+        self_attention = inputs_kv is None
+        inputs_kv = inputs_q if self_attention else inputs_kv
+        q, k, v = self.query(inputs_q), self.key(inputs_kv), self.value(inputs_kv)
+        if self.query_norm is not None:
+            q, k = self.query_norm(q), self.key_norm(k)
+        if self.rope:
+            q_pos = default_positions(q.shape[1]) if positions is None else positions
+            k_pos = q_pos if self_attention else default_positions(k.shape[1])
+            q, k = rope(q, q_pos, base=self.rope_base), rope(k, k_pos, base=self.rope_base)
+
+        dropout = self.dropout is not None and not (
+            self.dropout.deterministic if deterministic is None else deterministic
+        )
+        if dropout and self.implementation not in (None, DENSE):
+            raise ValueError(
+                f"dropout_rate: attention dropout runs on the dense path only; "
+                f"implementation={self.implementation!r} cannot apply it. Use implementation="
+                f"None or {DENSE!r}, or call with deterministic=True"
+            )
+        dense = return_weights or self.sow_weights or dropout
+        result = attention(
+            q, k, v, mask=mask, is_causal=is_causal, score=self.score.name,
+            score_params=self.score(), return_weights=dense,
+            implementation=DENSE if dense else self.implementation,
+        )  # fmt: skip
+        out, weights = result if dense else (result, None)
+        if dropout:
+            out = _weighted_sum(self.dropout(weights, deterministic=False), v).astype(out.dtype)
+        if self.sow_weights:
+            self.sow(nnx.Intermediate, "attention_weights", weights)
+        out = self.out(out * self.gate[...][:, None].astype(out.dtype))
+        return (out, weights) if return_weights else out
+
+
+def _weighted_sum(
+    weights: Float[Array, "B N T S"], value: Float[Array, "B S K H"]
+) -> Float[Array, "B T N H"]:
+    """``Σ_s weights[b, n, t, s] · value[b, s, n // (N/K), :]`` in float32."""
+    b, n, t, s = weights.shape
+    k, h = value.shape[2], value.shape[3]
+    grouped = weights.reshape(b, k, n // k, t, s)
+    out = jnp.einsum("bkgts,bskh->btkgh", grouped, value.astype(jnp.float32))
+    return out.reshape(b, t, n, h)

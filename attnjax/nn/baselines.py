@@ -1,0 +1,57 @@
+"""Non-attention baselines for the same tasks: a stacked GRU/LSTM and a causal 1-D CNN."""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float
+
+from attnjax.nn.config import ModelConfig, register
+from attnjax.nn.models import Batch, InputEmbedding, readout
+
+CELLS = {"gru": nnx.GRUCell, "lstm": nnx.OptimizedLSTMCell}
+
+
+@register("rnn")
+class Rnn(nnx.Module):
+    """Embedding, ``layers`` stacked recurrent layers (``cell`` gru or lstm, flax.nnx cells),
+    linear readout. Causal by construction."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        cell = CELLS[config.cell]
+        w = config.width
+        self.embed = InputEmbedding(config, rngs=rngs)
+        self.layers = nnx.List(
+            [nnx.RNN(cell(w, w, **config.dtypes(), rngs=rngs)) for _ in range(config.layers)]
+        )
+        self.readout = readout(config, rngs)
+
+    def __call__(self, batch: Batch) -> Float[Array, "B T C"]:
+        x = self.embed(batch["inputs"])
+        for layer in self.layers:
+            x = layer(x)
+        return self.readout(x).astype(jnp.float32)
+
+
+@register("cnn")
+class CausalCnn(nnx.Module):
+    """Embedding, ``layers`` residual causal convolutions ``x + gelu(conv(x))`` (kernel
+    ``kernel_size``, dilation ``2^l`` in layer ``l``: receptive field
+    ``1 + (kernel_size - 1)(2^layers - 1)``), linear readout."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        w = config.width
+        self.embed = InputEmbedding(config, rngs=rngs)
+        kw = {**config.dtypes(), "rngs": rngs}
+
+        def conv(layer: int) -> nnx.Conv:
+            k, dilation = (config.kernel_size,), 2**layer
+            return nnx.Conv(w, w, k, padding="CAUSAL", kernel_dilation=dilation, **kw)
+
+        self.convs = nnx.List([conv(layer) for layer in range(config.layers)])
+        self.readout = readout(config, rngs)
+
+    def __call__(self, batch: Batch) -> Float[Array, "B T C"]:
+        x = self.embed(batch["inputs"])
+        for conv in self.convs:
+            x = x + jax.nn.gelu(conv(x))
+        return self.readout(x).astype(jnp.float32)

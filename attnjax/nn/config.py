@@ -1,0 +1,156 @@
+"""``ModelConfig`` (frozen, typed, validated on construction) and ``build`` by name."""
+
+import dataclasses
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+
+from attnjax.nn.scores import SCORE_MODULES
+
+MODELS: dict[str, Callable[..., nnx.Module]] = {}
+POSITIONAL = ("none", "sinusoidal", "learned", "rope")
+EMBEDDINGS = ("tokens", "linear")
+CELLS = ("gru", "lstm")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def register(name: str) -> Callable:
+    """Class decorator: ``@register("transformer")`` makes ``ModelConfig(kind=name)`` build it
+    as ``cls(config, rngs=rngs)``."""
+
+    def add(cls):
+        MODELS[name] = cls
+        return cls
+
+    return add
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """A model, as the experiment configs name it. A model maps a batch
+    ``{"inputs": int[B, T] | float[B, T, F], ...}`` to float32 logits ``[B, T, num_classes]``.
+
+    All kinds read ``kind, width, layers, embedding, vocab_size | in_features, num_classes,
+    dtype, param_dtype``. ``transformer`` also reads the attention fields (``heads`` ...
+    ``implementation``), ``mlp``/``mlp_ratio``/``norms`` and ``causal``; ``rnn`` reads ``cell``;
+    ``cnn`` reads ``kernel_size`` (dilation doubles per layer). Other fields are ignored.
+    """
+
+    kind: str = "transformer"
+    width: int = 64
+    layers: int = 1
+    # attention
+    heads: int = 1
+    kv_heads: int | None = None  # None: = heads (MHA); 1: MQA
+    score: str = "scaled_dot"
+    score_hidden: int | None = None  # additive scores: hidden size A (default: head size)
+    score_bias: bool = True  # additive scores: bias b
+    learnable_scale: bool = False  # scaled_dot: learnable γ = 1/τ per head
+    qk_norm: bool = False
+    positional: str = "none"  # none | sinusoidal | learned | rope
+    pos_amplitude: float = 1.0  # sinusoidal amplitude
+    max_len: int = 256  # learned table size; also sets the cosine score's initial scale
+    causal: bool = False
+    dropout: float = 0.0  # on attention weights
+    implementation: str | None = None
+    # blocks
+    mlp: bool = True
+    mlp_ratio: int = 4
+    norms: bool = True
+    # input and output
+    embedding: str = "tokens"  # tokens: int inputs, an embedding table; linear: float features
+    vocab_size: int | None = None
+    in_features: int | None = None
+    num_classes: int = 2
+    # baselines
+    cell: str = "gru"  # rnn: gru | lstm
+    kernel_size: int = 3  # cnn
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            _check_type(field.name, getattr(self, field.name), field.type)
+        _one_of("kind", self.kind, sorted(MODELS))
+        _one_of("score", self.score, sorted(SCORE_MODULES))
+        _one_of("positional", self.positional, POSITIONAL)
+        _one_of("embedding", self.embedding, EMBEDDINGS)
+        _one_of("cell", self.cell, CELLS)
+        _one_of("dtype", self.dtype, DTYPES)
+        _one_of("param_dtype", self.param_dtype, DTYPES)
+        for name in ("width", "layers", "heads", "max_len", "mlp_ratio", "num_classes"):
+            _positive(name, getattr(self, name))
+        for name in ("kv_heads", "score_hidden", "vocab_size", "in_features", "kernel_size"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name))
+        if self.width % self.heads:
+            raise ValueError(f"heads: expected a divisor of width={self.width}, got {self.heads}")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(
+                f"kv_heads: expected a divisor of heads={self.heads}, got {self.kv_heads}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout: expected a value in [0, 1), got {self.dropout}")
+        needed = "vocab_size" if self.embedding == "tokens" else "in_features"
+        if getattr(self, needed) is None:
+            raise ValueError(f"{needed}: required with embedding={self.embedding!r}")
+        if self.score_hidden is not None and not self.score.startswith("additive"):
+            raise ValueError(f"score_hidden: applies to additive scores, not {self.score!r}")
+        if self.learnable_scale and self.score != "scaled_dot":
+            raise ValueError(f"learnable_scale: applies to score='scaled_dot', not {self.score!r}")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "ModelConfig":
+        """A config from a plain dict; unknown keys are an error naming them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(
+                f"ModelConfig: unknown keys {unknown}; expected some of {sorted(names)}"
+            )
+        return cls(**values)
+
+    def score_options(self) -> dict[str, Any]:
+        """Options for the score module (see :mod:`attnjax.nn.scores`)."""
+        if self.score.startswith("additive"):
+            return {"hidden": self.score_hidden, "use_bias": self.score_bias}
+        if self.score == "scaled_dot":
+            return {"learnable_scale": self.learnable_scale}
+        if self.score == "cosine":
+            return {"length": self.max_len}
+        return {}
+
+    def dtypes(self) -> dict[str, Any]:
+        """``{"dtype": ..., "param_dtype": ...}`` as JAX dtypes for module constructors."""
+        return {"dtype": jnp.dtype(self.dtype), "param_dtype": jnp.dtype(self.param_dtype)}
+
+
+def build(config: ModelConfig | Mapping[str, Any], rngs: nnx.Rngs) -> nnx.Module:
+    """The model named by ``config.kind`` (a :class:`ModelConfig` or a plain dict of one)."""
+    if not isinstance(config, ModelConfig):
+        config = ModelConfig.from_dict(config)
+    return MODELS[config.kind](config, rngs=rngs)
+
+
+def _check_type(name: str, value: Any, tp: Any) -> None:
+    allowed = tp.__args__ if isinstance(tp, types.UnionType) else (tp,)
+    allowed = tuple(type(None) if a is None else a for a in allowed)
+    ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+    if float in allowed and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        names = " | ".join(getattr(a, "__name__", str(a)) for a in allowed)
+        raise TypeError(f"{name}: expected {names}, got {value!r} ({type(value).__name__})")
+
+
+def _one_of(name: str, value: str, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {list(choices)}, got {value!r}")
+
+
+def _positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{name}: expected an int >= 1, got {value}")

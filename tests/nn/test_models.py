@@ -1,0 +1,103 @@
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import attnjax.nn as ann
+
+B, T, V, C = 4, 6, 5, 3
+TOKENS = jax.random.randint(jax.random.key(0), (B, T), 0, V)
+FEATURES = jax.random.normal(jax.random.key(1), (B, T, 2))
+TARGETS = jax.random.randint(jax.random.key(2), (B, T), 0, C)
+BASE = ann.ModelConfig(width=16, layers=2, heads=2, vocab_size=V, in_features=2, num_classes=C)
+
+
+def _train(model, batch, steps=8):
+    optimizer = nnx.Optimizer(model, optax.adam(3e-2), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer, batch):
+        def loss_fn(model):
+            logits = model(batch)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    return [float(step(model, optimizer, batch)) for _ in range(steps)]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"kind": "transformer", "positional": "sinusoidal", "causal": True, "score": "additive"},
+        {"kind": "transformer", "positional": "rope", "embedding": "linear", "kv_heads": 1},
+        {"kind": "rnn", "cell": "gru"},
+        {"kind": "rnn", "cell": "lstm", "embedding": "linear"},
+        {"kind": "cnn"},
+    ],
+    ids=lambda o: "-".join(str(v) for v in o.values()),
+)
+def test_each_model_trains_with_decreasing_loss(overrides):
+    config = dataclasses.replace(BASE, **overrides)
+    inputs = TOKENS if config.embedding == "tokens" else FEATURES
+    losses = _train(ann.build(config, nnx.Rngs(0)), {"inputs": inputs, "targets": TARGETS})
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_one_layer_without_mlp_or_norms_is_a_skip_connection_and_a_readout():
+    config = dataclasses.replace(BASE, layers=1, mlp=False, norms=False, embedding="linear")
+    model = ann.build(config, nnx.Rngs(0))
+    kinds = {type(m).__name__ for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
+    assert not kinds & {"LayerNorm", "Mlp"}
+    x = model.embed(FEATURES)
+    expected = model.readout(x + model.encoder.blocks[0].attention(x))
+    np.testing.assert_allclose(model({"inputs": FEATURES}), expected, atol=1e-6)
+
+
+def test_decoder_is_causal_and_attends_to_memory_of_another_length():
+    decoder = ann.Decoder(2, 16, 4, num_kv_heads=2, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(3), (B, T, 16))
+    memory = jax.random.normal(jax.random.key(4), (B, 3, 16))
+    out = decoder(x, memory)
+    assert out.shape == (B, T, 16)
+    np.testing.assert_allclose(decoder(x.at[:, 3:].set(5.0), memory)[:, :3], out[:, :3], atol=1e-5)
+    assert not np.allclose(decoder(x, memory + 1.0), out)
+
+
+def test_bfloat16_model_gives_finite_float32_logits():
+    config = dataclasses.replace(BASE, dtype="bfloat16", qk_norm=True)
+    logits = ann.build(config, nnx.Rngs(0))({"inputs": TOKENS})
+    assert logits.dtype == jnp.float32 and logits.shape == (B, T, C)
+    assert jnp.all(jnp.isfinite(logits))
+
+
+@pytest.mark.parametrize(
+    ("values", "error", "match"),
+    [
+        ({"kind": "mamba"}, ValueError, "kind: expected one of"),
+        ({"widht": 8}, ValueError, r"unknown keys \['widht'\]"),
+        ({"width": 10, "heads": 4}, ValueError, "heads: expected a divisor of width=10"),
+        ({"heads": 4, "kv_heads": 3}, ValueError, "kv_heads"),
+        ({"width": "64"}, TypeError, "width: expected int"),
+        ({"mlp": 1}, TypeError, "mlp: expected bool"),
+        ({"embedding": "linear", "in_features": None}, ValueError, "in_features: required"),
+        ({"score": "cosine", "score_hidden": 4}, ValueError, "score_hidden"),
+        ({"positional": "alibi"}, ValueError, "positional"),
+        ({"dtype": "float64"}, ValueError, "dtype"),
+    ],
+)
+def test_config_rejects_bad_values_by_name(values, error, match):
+    with pytest.raises(error, match=match):
+        ann.ModelConfig.from_dict({"vocab_size": V, **values})
+
+
+def test_inputs_must_match_the_embedding():
+    model = ann.build(BASE, nnx.Rngs(0))
+    with pytest.raises(ValueError, match="inputs: embedding='tokens' expects int"):
+        model({"inputs": FEATURES})
