@@ -7,7 +7,8 @@ config fixes the language. Each sequence starts from the chain's stationary dist
 over contexts, so every position is stationary.
 
 Int inputs ``[B, T]`` are ``x_0 … x_{T-1}`` (``T = seq_len``), targets the next tokens
-``x_1 … x_T``; ``loss_mask`` marks positions ``t >= n - 1``, where the whole context is in view.
+``x_1 … x_T``; ``loss_mask`` marks positions ``t >= n - 1``, where the whole context is in view
+(earlier targets are 0).
 Vocabulary and classes: ``V``.
 
 ``spec.baselines`` holds exact values, in nats per ``loss_mask`` position:
@@ -154,10 +155,11 @@ def generate(key: PRNGKeyArray, batch_size: int, config: MarkovConfig) -> base.B
 
     _, rest = jax.lax.scan(step, context, jax.random.split(k_steps, seq_len + 1 - order))
     tokens = jnp.concatenate([first, rest.T], axis=1).astype(jnp.int32)
+    mask = jnp.broadcast_to(jnp.arange(seq_len) >= order - 1, (batch_size, seq_len))
     return {
         "inputs": tokens[:, :-1],
-        "targets": tokens[:, 1:],
-        "loss_mask": jnp.broadcast_to(jnp.arange(seq_len) >= order - 1, (batch_size, seq_len)),
+        "targets": jnp.where(mask, tokens[:, 1:], 0),
+        "loss_mask": mask,
     }
 
 
