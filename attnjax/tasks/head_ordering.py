@@ -27,6 +27,7 @@ subset, as the default orders do on ``{0, 2}``.
 
 import dataclasses
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +35,8 @@ import numpy as np
 from jaxtyping import PRNGKeyArray
 
 from attnjax.tasks import base
+
+MAX_SUBSETS = 10**6  # the exact chance level enumerates the subsets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +63,12 @@ class HeadOrderingConfig:
         orders = tuple(tuple(int(i) for i in o) for o in orders)
         object.__setattr__(self, "orders", orders)
         base.check_int(self, "num_present", 2, m - 1)
+        base.check_that(
+            self,
+            "num_present",
+            math.comb(m, self.num_present) <= MAX_SUBSETS,
+            "with at most 1e6 subsets",
+        )
         base.check_int(self, "num_values", 2)
 
     @property

@@ -109,6 +109,7 @@ BAD_CONFIGS = [
     ("head_ordering", "orders", ((0, 1), (1, 0))),
     ("head_ordering", "orders", ()),
     ("head_ordering", "num_present", 3),
+    ("head_ordering", "num_values", 0),
     ("mqar", "seq_len", 63),
     ("mqar", "num_pairs", 17),  # 4 * 17 > seq_len 64
     ("mqar", "power_a", 0.0),
