@@ -1,0 +1,34 @@
+"""XOR of two bits: ``[b1, b2, "="]`` with target ``b1 xor b2`` at ``"="``.
+
+``b1, b2`` are independent fair bits. Int inputs ``[B, 3]``: tokens 0 and 1 are the bits, 2 is
+``"="``; vocabulary 3. The target sits at ``"="`` (the last position, the only ``loss_mask``
+position). Classes: 2. Chance: ``1/2``. The four inputs are equally likely, so a model right
+on three of them scores 0.75.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import PRNGKeyArray
+
+from attnjax.tasks import base
+
+
+@dataclasses.dataclass(frozen=True)
+class XorBitsConfig:
+    """No options: the task is fixed."""
+
+    @property
+    def spec(self) -> base.TaskSpec:
+        return base.TaskSpec(seq_len=3, num_classes=2, chance_accuracy=0.5, vocab_size=3)
+
+
+def generate(key: PRNGKeyArray, batch_size: int, config: XorBitsConfig) -> base.Batch:
+    """A batch as described in the module docstring."""
+    bits = jax.random.bernoulli(key, shape=(batch_size, 2)).astype(jnp.int32)
+    inputs = jnp.concatenate([bits, jnp.full((batch_size, 1), 2, jnp.int32)], axis=1)
+    return base.one_target(inputs, bits[:, 0] ^ bits[:, 1])
+
+
+TASK = base.Task("xor_bits", XorBitsConfig, generate)
