@@ -2,11 +2,15 @@
 
 import argparse
 import math
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
+from attnjax import experiment
 from attnjax.attention import attention
+from attnjax.experiment.sweep import summary_table
 from attnjax.scores import dot, scaled_dot
 
 
@@ -47,13 +51,70 @@ def _softmax_stats(logits: jax.Array) -> tuple[float, float, float]:
     return float(jnp.var(logits)), float(weights.max(-1).mean()), float(entropy.mean())
 
 
+def _progress_bar(prefix: str, step: int, total: int, width: int = 30) -> None:
+    done = width * step // total
+    end = "\n" if step >= total else ""
+    print(f"\r{prefix} [{'#' * done}{'.' * (width - done)}] {step}/{total}", end=end,
+          file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _overrides(pairs: list[str]) -> dict[str, object]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {pair!r}: expected section.field=value")
+        out[key.strip()] = experiment.parse_value(value.strip())
+    return out
+
+
+def run(args: argparse.Namespace) -> None:
+    module = experiment.load_file(args.config)
+    config = module.get_config("smoke" if args.smoke else args.variant)
+    config = experiment.with_overrides(config, _overrides(args.set))
+    out = args.out or Path("runs") / config.name
+    experiment.train_and_evaluate(
+        config, out, num_seeds=args.seeds, overwrite=args.overwrite,
+        progress=lambda step, total: _progress_bar(config.name, step, total),
+    )  # fmt: skip
+    print((Path(out) / "report.md").read_text())
+    print(f"run folder: {out}")
+
+
+def sweep(args: argparse.Namespace) -> None:
+    exp = experiment.load_file(args.experiment).get_experiment(smoke=args.smoke)
+    out = args.out or Path("runs") / exp.name
+    summary, verdict, reason = experiment.sweep(
+        exp, out, num_seeds=args.seeds, overwrite=args.overwrite,
+        progress=lambda point, step, total: _progress_bar(f"{point:<32}", step, total),
+    )  # fmt: skip
+    print(f"\n{exp.name}: {exp.claim}\n")
+    print(summary_table(summary, exp.metric))
+    print(f"verdict: {verdict}. {reason}")
+    print(f"report: {Path(out) / 'report.md'}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="attnjax", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="scaling and saturation of dot-product scores; parity check")
+    for name, target, help_text in [
+        ("run", "config", "train one config file's get_config() into a run folder"),
+        ("sweep", "experiment", "run an experiment file's grid × seeds and its verdict"),
+    ]:
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument(target, help="a Python file (it is code: run only files you trust)")
+        sub.add_argument("--seeds", type=int, default=5 if name == "sweep" else 1)
+        sub.add_argument("--out", type=Path, help="output folder (default runs/<name>)")
+        sub.add_argument("--smoke", action="store_true", help="a seconds-long version")
+        sub.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+    commands.choices["run"].add_argument("--variant", help="passed to get_config")
+    commands.choices["run"].add_argument(
+        "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+        help="override a config field; the value is parsed as a Python literal",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        demo()
+    {"demo": lambda _: demo(), "run": run, "sweep": sweep}[args.command](args)
 
 
 if __name__ == "__main__":

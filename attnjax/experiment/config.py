@@ -1,0 +1,205 @@
+"""Typed, frozen experiment configs, validated on construction, with dotted overrides.
+
+An :class:`ExperimentConfig` holds a task config (one of ``attnjax.tasks``' config classes), a
+:class:`~attnjax.nn.ModelConfig`, an :class:`OptimConfig` and a :class:`TrainConfig`. The model's
+input and output fields (``embedding``, ``vocab_size``, ``in_features``, ``num_classes``) are
+derived from the task's spec, so a config never states them twice.
+"""
+
+import ast
+import dataclasses
+import types
+from collections.abc import Mapping
+from typing import Any, get_type_hints
+
+from attnjax import tasks
+from attnjax.nn import ModelConfig
+
+
+def check_types(instance: Any) -> None:
+    """``TypeError`` naming the field unless each field matches its annotation (ints pass as
+    floats; bools never pass as numbers)."""
+    for name, tp in get_type_hints(type(instance)).items():
+        if tp is Any:
+            continue
+        value = getattr(instance, name)
+        allowed = tp.__args__ if isinstance(tp, types.UnionType) else (tp,)
+        allowed = tuple(a for a in allowed if isinstance(a, type))
+        if float in allowed and not isinstance(value, bool):
+            allowed = (*allowed, int)
+        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+            names = " | ".join(a.__name__ for a in allowed)
+            raise TypeError(
+                f"{type(instance).__name__}.{name}: expected {names}, got {value!r} "
+                f"({type(value).__name__})"
+            )
+
+
+def _require(ok: bool, owner: Any, name: str, expected: str) -> None:
+    if not ok:
+        value = getattr(owner, name)
+        raise ValueError(f"{type(owner).__name__}.{name}: expected {expected}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    """AdamW with linear warm-up, then a constant or cosine-decayed learning rate."""
+
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    warmup_steps: int = 0
+    schedule: str = "constant"
+    clip_norm: float | None = None
+
+    def __post_init__(self):
+        check_types(self)
+        _require(self.learning_rate > 0, self, "learning_rate", "> 0")
+        _require(self.weight_decay >= 0, self, "weight_decay", ">= 0")
+        _require(0 <= self.b1 < 1 and 0 <= self.b2 < 1, self, "b1", "b1, b2 in [0, 1)")
+        _require(self.warmup_steps >= 0, self, "warmup_steps", ">= 0")
+        _require(self.schedule in ("constant", "cosine"), self, "schedule", "constant | cosine")
+        _require(self.clip_norm is None or self.clip_norm > 0, self, "clip_norm", "None or > 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Steps, batch sizes and evaluation cadence. Evaluation runs every ``eval_every`` steps on
+    ``eval_batch_size`` fresh examples (the same for every run); steps between evaluations are
+    fused into one ``lax.scan``. ``z_loss`` weights Wortsman et al.'s output z-loss;
+    ``diversity`` adds a head-diversity penalty (``cosine`` | ``orthogonality``) weighted by
+    ``diversity_weight``; ``diagnostics`` records attention entropy and max logit."""
+
+    steps: int = 1000
+    batch_size: int = 64
+    eval_every: int = 100
+    eval_batch_size: int = 512
+    seed: int = 0
+    z_loss: float = 0.0
+    diversity: str = "none"
+    diversity_weight: float = 0.0
+    diagnostics: bool = False
+
+    def __post_init__(self):
+        check_types(self)
+        for name in ("steps", "batch_size", "eval_every", "eval_batch_size"):
+            _require(getattr(self, name) >= 1, self, name, ">= 1")
+        _require(self.steps % self.eval_every == 0, self, "steps", "a multiple of eval_every")
+        _require(self.z_loss >= 0, self, "z_loss", ">= 0")
+        choices = ("none", "cosine", "orthogonality")
+        _require(self.diversity in choices, self, "diversity", " | ".join(choices))
+        _require(self.diversity_weight >= 0, self, "diversity_weight", ">= 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+    """One training run: task, model, optimizer, training. ``name`` names the run folder.
+
+    ``model`` may be given as a plain dict of :class:`~attnjax.nn.ModelConfig` fields without
+    the fields derived from the task; it is stored as a complete ``ModelConfig``.
+    """
+
+    name: str
+    task: Any
+    model: ModelConfig | Mapping
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+
+    def __post_init__(self):
+        check_types(self)
+        task_name(self.task)  # raises for an unregistered config class
+        spec = self.task.spec
+        derived = {
+            "embedding": "tokens" if spec.vocab_size is not None else "linear",
+            "vocab_size": spec.vocab_size,
+            "in_features": spec.num_features,
+            "num_classes": spec.num_classes,
+        }
+        if isinstance(self.model, ModelConfig):
+            model = dataclasses.replace(self.model, **derived)
+        else:
+            model = ModelConfig.from_dict({**self.model, **derived})
+        object.__setattr__(self, "model", model)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; :func:`from_dict` inverts it."""
+        out = {s: dataclasses.asdict(getattr(self, s)) for s in ("model", "optim", "train")}
+        return {
+            "name": self.name,
+            "task": {"name": task_name(self.task)} | _fields(self.task),
+        } | out
+
+
+def _fields(instance: Any) -> dict[str, Any]:
+    return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)}
+
+
+def task_name(task_config: Any) -> str:
+    """The registered name of the task whose config class ``task_config`` is an instance of."""
+    for name in tasks.names():
+        if isinstance(task_config, tasks.get(name).config):
+            return name
+    raise TypeError(f"task: expected a config of a registered task, got {task_config!r}")
+
+
+def from_dict(values: Mapping[str, Any]) -> ExperimentConfig:
+    """An :class:`ExperimentConfig` from :meth:`ExperimentConfig.to_dict`'s output (JSON lists
+    become tuples)."""
+    values = _tuples(values)
+    task = dict(values["task"])
+    task_config = tasks.get(task.pop("name")).config(**task)
+    return ExperimentConfig(
+        name=values["name"],
+        task=task_config,
+        model=values["model"],
+        optim=OptimConfig(**values["optim"]),
+        train=TrainConfig(**values["train"]),
+    )
+
+
+def _tuples(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {k: _tuples(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return tuple(_tuples(v) for v in x)
+    return x
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: a Python literal (never evaluated as code), else the raw string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def with_overrides(config: ExperimentConfig, overrides: Mapping[str, Any]) -> ExperimentConfig:
+    """``config`` with dotted fields replaced, e.g. ``{"model.score": "additive"}``.
+
+    Unknown sections or fields raise ``ValueError``; values are checked by the sections' own
+    validation, so a value of the wrong type raises there.
+    """
+    sections: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for path, value in overrides.items():
+        section, _, field = path.partition(".")
+        if not field:
+            if section != "name":
+                raise ValueError(f"override {path!r}: expected 'section.field' or 'name'")
+            top["name"] = value
+            continue
+        if section not in ("task", "model", "optim", "train"):
+            raise ValueError(
+                f"override {path!r}: unknown section {section!r}; "
+                "expected task, model, optim or train"
+            )
+        known = {f.name for f in dataclasses.fields(getattr(config, section))}
+        if field not in known:
+            raise ValueError(
+                f"override {path!r}: unknown field {field!r} of {section}; "
+                f"expected one of {sorted(known)}"
+            )
+        sections.setdefault(section, {})[field] = value
+    replaced = {s: dataclasses.replace(getattr(config, s), **f) for s, f in sections.items()}
+    return dataclasses.replace(config, **replaced, **top)

@@ -1,0 +1,71 @@
+"""Tables, intervals, plots and verdict text for run folders and sweeps."""
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+# Two-sided 95% quantiles of Student's t for 1..10 degrees of freedom; 1.96 beyond 30.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of its 95% Student-t interval (``nan`` width for one value)."""
+    x = np.asarray(values, float)
+    if len(x) < 2:
+        return float(x.mean()), math.nan
+    df = len(x) - 1
+    t = _T95[df - 1] if df <= len(_T95) else (2.042 if df <= 30 else 1.96)
+    return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def fmt(mean: float, half: float) -> str:
+    return f"{mean:.3f}" if math.isnan(half) else f"{mean:.3f} ± {half:.3f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def run_report(config: Any, results: Sequence[dict[str, Any]]) -> str:
+    """``report.md`` of one run folder: the final metrics, mean ± 95% interval over seeds,
+    per learning rate."""
+    metrics = [k for k in results[0] if k.startswith(("valid_", "test_"))]
+    rows = []
+    for lr in dict.fromkeys(r["learning_rate"] for r in results):
+        group = [r for r in results if r["learning_rate"] == lr]
+        rows.append([lr, len(group), *(fmt(*mean_ci95([r[m] for r in group])) for m in metrics)])
+    table = markdown_table(["learning rate", "seeds", *metrics], rows)
+    return f"# {config.name}\n\nFinal metrics, mean ± 95% interval over seeds.\n\n{table}"
+
+
+def plot_curves(metrics: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+    """Training loss and test metrics against step, one line per run."""
+    names = ["loss", *sorted({m["metric"] for m in metrics if m["split"] == "test"} - {"loss"})]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        split = "train" if name == "loss" else "test"
+        runs = sorted({(m["seed"], m["learning_rate"]) for m in metrics})
+        for seed, lr in runs:
+            pts = [
+                (m["step"], m["value"])
+                for m in metrics
+                if (m["seed"], m["learning_rate"], m["split"], m["metric"])
+                == (seed, lr, split, name)
+            ]
+            ax.plot(*zip(*pts, strict=True), label=f"seed {seed}, lr {lr:g}", lw=1)
+        ax.set(xlabel="training step", ylabel=f"{split} {name}", title=f"{split} {name}")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

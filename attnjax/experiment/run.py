@@ -1,0 +1,118 @@
+"""One config, trained for several seeds (and learning rates) at once, into a run folder.
+
+``<workdir>/`` holds ``config.json`` (the resolved config and the runs), ``metrics.jsonl``,
+``results.csv`` (one row per run: seed, learning rate, parameter count, FLOPs per step, final
+metrics), ``report.md``, ``curves.png``, ``env.json`` and ``checkpoints/`` (orbax). Running the
+same call again resumes from the last checkpoint and ends with the same results.
+"""
+
+import json
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+from flax import nnx
+
+from attnjax.experiment import report, storage
+from attnjax.experiment.config import ExperimentConfig, from_dict
+from attnjax.experiment.trainer import EVAL_SPLITS, Runs, Trainer, collect
+
+
+def train_and_evaluate(
+    config: ExperimentConfig,
+    workdir: str | Path,
+    *,
+    num_seeds: int = 1,
+    learning_rates: Sequence[float] | None = None,
+    fields: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Train ``num_seeds`` seeds (from ``config.train.seed``) × ``learning_rates`` (default: the
+    config's) in one vectorized program; return the rows of ``results.csv``.
+
+    ``fields`` are extra columns for every row (a sweep passes the point's overrides). An
+    existing folder with the same config resumes; with another config it is an error unless
+    ``overwrite``. ``progress(step, total)`` is called after every chunk of steps.
+    """
+    workdir = Path(workdir)
+    seeds = range(config.train.seed, config.train.seed + num_seeds)
+    runs = Runs.grid(seeds, learning_rates or [config.optim.learning_rate])
+    record = {
+        "config": config.to_dict(),
+        "seeds": runs.seeds,
+        "learning_rates": runs.learning_rates,
+    }
+    _prepare(workdir, json.loads(json.dumps(record)), overwrite)
+
+    trainer = Trainer(config)
+    state, lrs = trainer.init(runs)
+    checkpoints = storage.Checkpoints(workdir / "checkpoints")
+    start = checkpoints.latest_step()
+    if start:
+        state = checkpoints.restore(state)
+    log = storage.MetricsLog(workdir / "metrics.jsonl", resume_step=start)
+    train = config.train
+    for step in range(start, train.steps, train.eval_every):
+        state, losses = trainer.train_chunk(state, runs, lrs, step)
+        end = step + train.eval_every
+        rows = collect({"loss": jax.device_get(losses)}, runs, step=end, split="train")
+        for split in EVAL_SPLITS:
+            rows += collect(trainer.evaluate(state, split), runs, step=end, split=split)
+        log.append(rows)
+        checkpoints.save(end, state)
+        if progress:
+            progress(end, train.steps)
+    checkpoints.close()
+
+    results = _results(trainer, state, runs, dict(fields or {}))
+    storage.write_csv(workdir / "results.csv", results)
+    storage.write_json(workdir / "env.json", storage.environment())
+    metrics = storage.read_jsonl(workdir / "metrics.jsonl")
+    report.plot_curves(metrics, workdir / "curves.png", title=config.name)
+    (workdir / "report.md").write_text(report.run_report(config, results))
+    return results
+
+
+def _prepare(workdir: Path, record: dict[str, Any], overwrite: bool) -> None:
+    path = workdir / "config.json"
+    if path.exists() and overwrite:
+        shutil.rmtree(workdir)
+    elif path.exists() and storage.read_json(path) != record:
+        raise ValueError(
+            f"workdir: {workdir} holds a run of another config; "
+            "choose another folder or pass overwrite=True (--overwrite)"
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
+    storage.write_json(path, record)
+
+
+def _results(trainer: Trainer, state, runs: Runs, fields: dict[str, Any]) -> list[dict[str, Any]]:
+    params, flops = trainer.param_count(), trainer.flops_per_step()
+    final = {split: trainer.evaluate(state, split) for split in EVAL_SPLITS}
+    return [
+        fields
+        | {"seed": seed, "learning_rate": lr, "params": params, "flops_per_step": flops}
+        | {f"{split}_{name}": float(v[r]) for split, m in final.items() for name, v in m.items()}
+        for r, (seed, lr) in enumerate(zip(runs.seeds, runs.learning_rates, strict=True))
+    ]
+
+
+def load_run(
+    workdir: str | Path, run: int = 0
+) -> tuple[ExperimentConfig, nnx.Module, list[dict[str, Any]]]:
+    """``(config, model, metrics)`` of a finished run folder; ``model`` is run ``run`` (an index
+    into ``config.json``'s seeds × learning rates) with its final parameters."""
+    workdir = Path(workdir)
+    record = storage.read_json(workdir / "config.json")
+    config = from_dict(record["config"])
+    runs = Runs(tuple(record["seeds"]), tuple(record["learning_rates"]))
+    trainer = Trainer(config)
+    template, _ = trainer.init(runs)
+    checkpoints = storage.Checkpoints(workdir / "checkpoints")
+    params, rest, _ = checkpoints.restore(template)
+    checkpoints.close()
+    one = jax.tree.map(lambda x: x[run], (params, rest))
+    return config, nnx.merge(trainer.graphdef, *one), storage.read_jsonl(workdir / "metrics.jsonl")

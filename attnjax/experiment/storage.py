@@ -1,0 +1,119 @@
+"""Run-folder files: config and environment records, metrics log, results table, checkpoints.
+
+Nothing here pickles: JSON, CSV and orbax array checkpoints only.
+"""
+
+import csv
+import json
+import platform
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+import orbax.checkpoint as ocp
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def environment() -> dict[str, Any]:
+    """Versions, platform, device count and the git commit of the working directory."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "flax": flax.__version__,
+        "optax": optax.__version__,
+        "platform": jax.default_backend(),
+        "device_count": jax.device_count(),
+        "git_commit": commit,
+    }
+
+
+class MetricsLog:
+    """``metrics.jsonl``: one JSON row per (run, step, split, metric). Opening it for a resume
+    at ``resume_step`` drops the rows written after that step's checkpoint."""
+
+    def __init__(self, path: Path, resume_step: int):
+        self.path = path
+        rows = read_jsonl(path) if path.exists() else []
+        self._write([r for r in rows if r["step"] <= resume_step], "w")
+
+    def append(self, rows: Sequence[dict[str, Any]]) -> None:
+        self._write(rows, "a")
+
+    def _write(self, rows: Sequence[dict[str, Any]], mode: str) -> None:
+        with self.path.open(mode) as f:
+            f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows to CSV; columns in first-seen order across rows."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class Checkpoints:
+    """The latest training state in ``directory`` (orbax), typed PRNG keys stored as key data."""
+
+    def __init__(self, directory: Path):
+        options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True)
+        self._manager = ocp.CheckpointManager(directory.absolute(), options=options)
+
+    def latest_step(self) -> int:
+        return self._manager.latest_step() or 0
+
+    def save(self, step: int, state: Any) -> None:
+        self._manager.save(step, args=ocp.args.StandardSave(_unwrap_keys(state)))
+        self._manager.wait_until_finished()
+
+    def restore(self, template: Any) -> Any:
+        """The latest state, with the structure, dtypes and shardings of ``template``."""
+        restored = self._manager.restore(
+            self._manager.latest_step(), args=ocp.args.StandardRestore(_unwrap_keys(template))
+        )
+        return jax.tree.map(_rewrap_key, restored, template)
+
+    def close(self) -> None:
+        self._manager.close()
+
+
+def _is_key(x: Any) -> bool:
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _unwrap_keys(tree: Any) -> Any:
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def _rewrap_key(restored: Any, template: Any) -> Any:
+    if _is_key(template):
+        return jax.random.wrap_key_data(restored, impl=jax.random.key_impl(template))
+    return restored

@@ -1,0 +1,202 @@
+"""Training many runs of one config at once: ``vmap`` over (seed, learning rate) runs,
+``lax.scan`` over the steps between evaluations, the run axis sharded across devices.
+
+Every run's state is a pytree with a leading run axis ``R``. A run's data stream depends only
+on its seed, so runs of one seed at different learning rates see the same batches, and a run
+gives the same numbers whether it trains alone or vectorized with others.
+"""
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jaxtyping import Array, Float
+
+from attnjax import analysis, nn, tasks
+from attnjax.experiment.config import ExperimentConfig, OptimConfig, task_name
+
+EVAL_SPLITS = {"valid": 1, "test": 2}  # fixed evaluation keys, shared by all runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """The runs trained together: ``seeds[r]`` and ``learning_rates[r]`` for ``r < R``."""
+
+    seeds: tuple[int, ...]
+    learning_rates: tuple[float, ...]
+
+    @classmethod
+    def grid(cls, seeds: Sequence[int], learning_rates: Sequence[float]) -> "Runs":
+        pairs = [(s, lr) for lr in learning_rates for s in seeds]
+        return cls(tuple(int(s) for s, _ in pairs), tuple(float(lr) for _, lr in pairs))
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+
+def optimizer(optim: OptimConfig, steps: int) -> optax.GradientTransformation:
+    """AdamW *without* the learning rate, which each run multiplies in itself: the schedule
+    (warm-up, then constant or cosine) is applied here as a factor in [0, 1]."""
+    warmup = max(optim.warmup_steps, 1)
+    if optim.schedule == "cosine":
+        decay = optax.cosine_decay_schedule(1.0, max(steps - optim.warmup_steps, 1))
+    else:
+        decay = optax.constant_schedule(1.0)
+    schedule = optax.join_schedules(
+        [optax.linear_schedule(1.0 / warmup, 1.0, warmup), decay], [optim.warmup_steps]
+    )
+    parts = [optax.clip_by_global_norm(optim.clip_norm)] if optim.clip_norm else []
+    return optax.chain(
+        *parts,
+        optax.scale_by_adam(b1=optim.b1, b2=optim.b2),
+        optax.add_decayed_weights(optim.weight_decay),
+        optax.scale_by_schedule(lambda count: -schedule(count)),
+    )
+
+
+class Trainer:
+    """Compiled init, training chunk and evaluation for one :class:`ExperimentConfig`.
+
+    ``state = (params, rest, opt_state)``, each with a leading run axis.
+    """
+
+    def __init__(self, config: ExperimentConfig):
+        self.config = config
+        self.task = tasks.get(task_name(config.task))
+        self.tx = optimizer(config.optim, config.train.steps)
+        self.graphdef = nnx.graphdef(nnx.eval_shape(lambda: self._model(jax.random.key(0))))
+        self._init = jax.jit(jax.vmap(self._init_one))
+        self._chunk = jax.jit(jax.vmap(self._chunk_one, in_axes=(0, 0, 0, None)))
+        self._eval = jax.jit(jax.vmap(self._eval_one, in_axes=(0, 0, None)))
+
+    def _model(self, key: Array) -> nnx.Module:
+        model = nn.build(self.config.model, nnx.Rngs(key))
+        train = self.config.train
+        if train.diagnostics or train.diversity != "none":
+            for _, module in model.iter_modules():
+                if isinstance(module, nn.MultiHeadAttention):
+                    module.sow_weights = True
+        return model
+
+    def _init_one(self, seed: Array) -> tuple[Any, Any, Any]:
+        key = jax.random.fold_in(jax.random.key(seed), 1)
+        _, params, rest = nnx.split(self._model(key), nnx.Param, ...)
+        return params, rest, self.tx.init(params)
+
+    def _forward(self, params: Any, rest: Any, batch: dict) -> tuple[Array, list[Array]]:
+        """Logits ``[B, T, C]`` and the attention weights ``[B, N, T, S]`` sown by each layer."""
+        model = nnx.merge(self.graphdef, params, rest)
+        logits = model(batch)
+        sown = nnx.pop(model, nnx.Intermediate)
+        return logits, jax.tree.leaves(sown)
+
+    def _loss(self, params: Any, rest: Any, batch: dict) -> Float[Array, ""]:
+        train = self.config.train
+        logits, weights = self._forward(params, rest, batch)
+        loss = self.task.loss(logits, batch)
+        if train.z_loss:
+            mask = batch["loss_mask"][..., None]
+            loss = loss + analysis.z_loss(jnp.where(mask, logits, 0.0), train.z_loss)
+        if train.diversity != "none":
+            penalty = {
+                "cosine": analysis.cosine_diversity_penalty,
+                "orthogonality": analysis.orthogonality_penalty,
+            }[train.diversity]
+            loss = loss + train.diversity_weight * sum(penalty(w) for w in weights)
+        return loss
+
+    def _chunk_one(self, state, learning_rate, seed, start_step):
+        """``eval_every`` steps of one run; returns the new state and the mean training loss."""
+        train = self.config.train
+        data_key = jax.random.fold_in(jax.random.key(seed), 0)
+
+        def step(state, i):
+            params, rest, opt_state = state
+            batch = self.task.generate(
+                jax.random.fold_in(data_key, start_step + i), train.batch_size, self.config.task
+            )
+            loss, grads = jax.value_and_grad(self._loss)(params, rest, batch)
+            updates, opt_state = self.tx.update(grads, opt_state, params)
+            updates = jax.tree.map(lambda u: learning_rate * u, updates)
+            return (optax.apply_updates(params, updates), rest, opt_state), loss
+
+        state, losses = jax.lax.scan(step, state, jnp.arange(train.eval_every))
+        return state, jnp.mean(losses)
+
+    def _eval_one(self, params, rest, split_id: Array) -> dict[str, Array]:
+        batch = self.task.generate(
+            jax.random.fold_in(jax.random.key(10**6), split_id),
+            self.config.train.eval_batch_size,
+            self.config.task,
+        )
+        logits, weights = self._forward(params, rest, batch)
+        metrics = dict(self.task.metrics(logits, batch))
+        if self.config.train.diagnostics and weights:
+            metrics["attention_entropy"] = jnp.mean(
+                jnp.stack([analysis.entropy(w).mean() for w in weights])
+            )
+            metrics["attention_saturation"] = jnp.mean(
+                jnp.stack([analysis.saturation(w) for w in weights])
+            )
+            metrics["head_similarity"] = jnp.mean(
+                jnp.stack([analysis.cosine_diversity_penalty(w) for w in weights])
+            )
+        return metrics
+
+    def init(self, runs: Runs) -> tuple[Any, Array]:
+        """The initial states of ``runs`` and their learning rates, sharded over devices."""
+        seeds = jnp.asarray(runs.seeds, jnp.uint32)
+        state = self._init(seeds)
+        lrs = jnp.asarray(runs.learning_rates, jnp.float32)
+        return shard_runs((state, lrs))
+
+    def train_chunk(self, state, runs: Runs, learning_rates, start_step: int):
+        """``eval_every`` steps of every run from ``start_step``: new state, mean losses [R]."""
+        seeds = shard_runs(jnp.asarray(runs.seeds, jnp.uint32))
+        return self._chunk(state, learning_rates, seeds, jnp.int32(start_step))
+
+    def evaluate(self, state, split: str) -> dict[str, np.ndarray]:
+        """Metrics of every run on a split's fixed evaluation batch, each ``[R]``."""
+        params, rest, _ = state
+        metrics = self._eval(params, rest, jnp.uint32(EVAL_SPLITS[split]))
+        return {k: np.asarray(v) for k, v in metrics.items()}
+
+    def param_count(self) -> int:
+        model = nnx.eval_shape(lambda: self._model(jax.random.key(0)))
+        return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+    def flops_per_step(self) -> float:
+        """XLA's FLOP count (before optimization) of one run's training step: loss, gradients
+        and update."""
+        state = jax.eval_shape(self._init_one, jnp.uint32(0))
+        single = jax.jit(lambda s: self._chunk_one(s, 1.0, jnp.uint32(0), 0))
+        cost = single.lower(state).cost_analysis()
+        return float(cost.get("flops", float("nan"))) / self.config.train.eval_every
+
+
+def shard_runs(tree: Any) -> Any:
+    """Place the leading run axis of every leaf across all devices when it divides evenly."""
+    devices = jax.devices()
+    leaves = jax.tree.leaves(tree)
+    if len(devices) == 1 or any(x.ndim == 0 or x.shape[0] % len(devices) for x in leaves):
+        return tree
+    sharding = NamedSharding(Mesh(np.array(devices), ("runs",)), PartitionSpec("runs"))
+    return jax.device_put(tree, sharding)
+
+
+def collect(metrics: dict[str, np.ndarray], runs: Runs, **fields) -> list[dict[str, Any]]:
+    """One row per run and metric: ``fields`` + seed, learning_rate, metric, value."""
+    return [
+        fields | {"seed": s, "learning_rate": lr, "metric": name, "value": float(values[r])}
+        for name, values in metrics.items()
+        for r, (s, lr) in enumerate(zip(runs.seeds, runs.learning_rates, strict=True))
+    ]
+
+
+ProgressFn = Callable[[int, int], None]
