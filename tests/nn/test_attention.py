@@ -31,9 +31,9 @@ def _loaded_pair(num_kv_heads, qk_norm=False):
     return ours, ref
 
 
-@pytest.mark.parametrize("num_kv_heads", [None, 2])
-def test_matches_flax_forward_and_gradients(num_kv_heads):
-    ours, ref = _loaded_pair(num_kv_heads)
+@pytest.mark.parametrize(("num_kv_heads", "qk_norm"), [(None, False), (2, True)])
+def test_matches_flax_forward_and_gradients(num_kv_heads, qk_norm):
+    ours, ref = _loaded_pair(num_kv_heads, qk_norm)
     mask = jnp.tril(jnp.ones((T, T), bool))[None, None]
 
     def loss(model, x):
@@ -49,6 +49,10 @@ def test_matches_flax_forward_and_gradients(num_kv_heads):
             a = getattr(getattr(g_ours[0], name), p)[...]
             b = getattr(getattr(g_ref[0], name), p)[...]
             np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=f"{name}.{p}")
+    if qk_norm:
+        np.testing.assert_allclose(
+            g_ours[0].key_norm.scale[...], g_ref[0].key_ln.scale[...], atol=1e-5, rtol=1e-5
+        )
 
 
 def test_permutation_equivariant_without_positions():
