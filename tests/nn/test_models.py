@@ -35,7 +35,13 @@ def _train(model, batch, steps=8):
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"kind": "transformer", "layers": 2, "positional": "sinusoidal", "causal": True},
+        {
+            "kind": "transformer",
+            "layers": 2,
+            "positional": "sinusoidal",
+            "causal": True,
+            "dropout": 0.1,
+        },
         {"kind": "transformer", "positional": "rope", "embedding": "linear", "score": "additive"},
         {"kind": "rnn", "cell": "gru"},
         {"kind": "rnn", "cell": "lstm", "embedding": "linear"},
@@ -46,8 +52,11 @@ def _train(model, batch, steps=8):
 def test_each_model_trains_with_decreasing_loss(overrides):
     config = dataclasses.replace(BASE, **overrides)
     inputs = TOKENS if config.embedding == "tokens" else FEATURES
-    losses = _train(ann.build(config, nnx.Rngs(0)), {"inputs": inputs, "targets": TARGETS})
+    model = ann.build(config, nnx.Rngs(0))
+    losses = _train(model, {"inputs": inputs, "targets": TARGETS})
     assert losses[-1] < 0.7 * losses[0], losses
+    for gate in jax.tree.leaves(nnx.state(model, ann.HeadGate)):
+        np.testing.assert_array_equal(gate, 1.0)
 
 
 def test_one_layer_without_mlp_or_norms_is_a_skip_connection_and_a_readout():
@@ -77,6 +86,15 @@ def test_bfloat16_model_gives_finite_float32_logits():
     logits = ann.build(config, nnx.Rngs(0))({"inputs": TOKENS})
     assert logits.dtype == jnp.float32 and logits.shape == (B, T, C)
     assert jnp.all(jnp.isfinite(logits))
+
+
+def test_config_score_fields_reach_the_score_modules():
+    config = dataclasses.replace(BASE, score="additive_relu", score_hidden=3, score_bias=False)
+    score = ann.build(config, nnx.Rngs(0)).encoder.blocks[0].attention.score
+    assert score.name == "additive_relu" and score().keys() == {"w_q", "w_k", "v"}
+    assert score.v.shape == (2, 3)
+    config = dataclasses.replace(BASE, learnable_scale=True)
+    assert ann.build(config, nnx.Rngs(0)).encoder.blocks[0].attention.score().keys() == {"scale"}
 
 
 @pytest.mark.parametrize(
