@@ -81,8 +81,11 @@ def test_decoder_is_causal_and_attends_to_memory_of_another_length():
     assert not np.allclose(call(decoder, x, memory + 1.0), out)
 
 
-def test_bfloat16_model_gives_finite_float32_logits():
-    config = dataclasses.replace(BASE, dtype="bfloat16", qk_norm=True)
+@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+def test_bfloat16_model_gives_finite_float32_logits(kind):
+    config = dataclasses.replace(
+        BASE, kind=kind, cell="lstm", dtype="bfloat16", param_dtype="bfloat16", qk_norm=True
+    )
     logits = ann.build(config, nnx.Rngs(0))({"inputs": TOKENS})
     assert logits.dtype == jnp.float32 and logits.shape == (B, T, C)
     assert jnp.all(jnp.isfinite(logits))
