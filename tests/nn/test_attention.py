@@ -12,15 +12,13 @@ Y = jax.random.normal(jax.random.key(1), (B, S, 8))
 
 
 def _loaded_pair(num_kv_heads, qk_norm=False):
-    """Our module and flax's, with our weights copied into flax's."""
-    ours = ann.MultiHeadAttention(
-        4, D, num_kv_heads=num_kv_heads, out_features=12, qk_norm=qk_norm, rngs=nnx.Rngs(0)
-    )
+    """Our module and flax's (head size 6), with our weights copied into flax's."""
+    kw = {"qkv_features": 24, "out_features": 12, "num_kv_heads": num_kv_heads}
+    ours = ann.MultiHeadAttention(4, D, qk_norm=qk_norm, rngs=nnx.Rngs(0), **kw)
     ref = nnx.MultiHeadAttention(
         4,
         D,
-        out_features=12,
-        num_kv_heads=num_kv_heads,
+        **kw,
         normalize_qk=qk_norm,
         decode=False,
         rngs=nnx.Rngs(1),
