@@ -86,7 +86,9 @@ def test_bfloat16_model_gives_finite_float32_logits(kind):
     config = dataclasses.replace(
         BASE, kind=kind, cell="lstm", dtype="bfloat16", param_dtype="bfloat16", qk_norm=True
     )
-    logits = ann.build(config, nnx.Rngs(0))({"inputs": TOKENS})
+    logits = nnx.jit(lambda model, batch: model(batch))(
+        ann.build(config, nnx.Rngs(0)), {"inputs": TOKENS}
+    )
     assert logits.dtype == jnp.float32 and logits.shape == (B, T, C)
     assert jnp.all(jnp.isfinite(logits))
 
