@@ -1,7 +1,6 @@
 """Flax NNX modules: score modules, multi-head attention, positional encodings, transformer
 blocks and stacks, RNN/CNN baselines, and ``build(ModelConfig, rngs)``."""
 
-from attnjax.nn import baselines, models
 from attnjax.nn.attention import HeadGate, MultiHeadAttention
 from attnjax.nn.baselines import CausalCnn, Rnn
 from attnjax.nn.config import MODELS, ModelConfig, build, register
@@ -27,10 +26,8 @@ __all__ = [
     "Score",
     "Sinusoidal",
     "Transformer",
-    "baselines",
     "build",
     "make_score",
-    "models",
     "register",
     "rope",
     "sinusoidal",

@@ -86,19 +86,29 @@ class MultiHeadAttention(nnx.Module):
 
         def proj(features, heads):
             return nnx.LinearGeneral(
-                features, (heads, head_dim), use_bias=use_bias, kernel_init=kernel_init,
-                dtype=dtype, param_dtype=param_dtype, rngs=rngs,
-            )  # fmt: skip
+                features,
+                (heads, head_dim),
+                use_bias=use_bias,
+                kernel_init=kernel_init,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                rngs=rngs,
+            )
 
         in_kv_features = in_features if in_kv_features is None else in_kv_features
         self.query = proj(in_features, num_heads)
         self.key = proj(in_kv_features, num_kv_heads)
         self.value = proj(in_kv_features, num_kv_heads)
         self.out = nnx.LinearGeneral(
-            (num_heads, head_dim), in_features if out_features is None else out_features,
-            axis=(-2, -1), use_bias=use_bias, kernel_init=kernel_init, dtype=dtype,
-            param_dtype=param_dtype, rngs=rngs,
-        )  # fmt: skip
+            (num_heads, head_dim),
+            in_features if out_features is None else out_features,
+            axis=(-2, -1),
+            use_bias=use_bias,
+            kernel_init=kernel_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=rngs,
+        )
 
         def norm():
             return nnx.LayerNorm(
@@ -147,10 +157,16 @@ class MultiHeadAttention(nnx.Module):
             )
         dense = return_weights or self.sow_weights or dropout
         result = attention(
-            q, k, v, mask=mask, is_causal=is_causal, score=self.score.name,
-            score_params=self.score(), return_weights=dense,
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=is_causal,
+            score=self.score.name,
+            score_params=self.score(),
+            return_weights=dense,
             implementation=DENSE if dense else self.implementation,
-        )  # fmt: skip
+        )
         out, weights = result if dense else (result, None)
         if dropout:
             out = _weighted_sum(self.dropout(weights, deterministic=False), v).astype(out.dtype)

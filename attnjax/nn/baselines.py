@@ -11,6 +11,11 @@ from attnjax.nn.models import Batch, InputEmbedding, readout
 CELLS = {"gru": nnx.GRUCell, "lstm": nnx.OptimizedLSTMCell}
 
 
+def _orthogonal(key: Array, shape: tuple[int, ...], dtype) -> Array:
+    """The cells' default recurrent init, computed in float32 (QR has no bfloat16 kernel)."""
+    return nnx.initializers.orthogonal()(key, shape, jnp.float32).astype(dtype)
+
+
 @register("rnn")
 class Rnn(nnx.Module):
     """Embedding, ``layers`` stacked recurrent layers (``cell`` gru or lstm, flax.nnx cells),
@@ -21,7 +26,10 @@ class Rnn(nnx.Module):
         w = config.width
         self.embed = InputEmbedding(config, rngs=rngs)
         self.layers = nnx.List(
-            [nnx.RNN(cell(w, w, **config.dtypes(), rngs=rngs)) for _ in range(config.layers)]
+            [
+                nnx.RNN(cell(w, w, recurrent_kernel_init=_orthogonal, **config.dtypes(), rngs=rngs))
+                for _ in range(config.layers)
+            ]
         )
         self.readout = readout(config, rngs)
 

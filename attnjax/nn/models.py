@@ -56,11 +56,22 @@ class Transformer(nnx.Module):
         self.embed = InputEmbedding(c, rngs=rngs)
         self.positional = _positional(c, rngs)
         self.encoder = Encoder(
-            c.layers, c.width, c.heads, mlp=c.mlp, mlp_ratio=c.mlp_ratio, norms=c.norms,
-            num_kv_heads=c.kv_heads, score=c.score, score_options=c.score_options(),
-            qk_norm=c.qk_norm, rope=c.positional == "rope", dropout_rate=c.dropout,
-            implementation=c.implementation, **c.dtypes(), rngs=rngs,
-        )  # fmt: skip
+            c.layers,
+            c.width,
+            c.heads,
+            mlp=c.mlp,
+            mlp_ratio=c.mlp_ratio,
+            norms=c.norms,
+            num_kv_heads=c.kv_heads,
+            score=c.score,
+            score_options=c.score_options(),
+            qk_norm=c.qk_norm,
+            rope=c.positional == "rope",
+            dropout_rate=c.dropout,
+            implementation=c.implementation,
+            **c.dtypes(),
+            rngs=rngs,
+        )
         self.readout = readout(c, rngs)
 
     def __call__(self, batch: Batch) -> Float[Array, "B T C"]:

@@ -13,7 +13,7 @@ B, T, V, C = 4, 6, 5, 3
 TOKENS = jax.random.randint(jax.random.key(0), (B, T), 0, V)
 FEATURES = jax.random.normal(jax.random.key(1), (B, T, 2))
 TARGETS = jax.random.randint(jax.random.key(2), (B, T), 0, C)
-BASE = ann.ModelConfig(width=16, layers=2, heads=2, vocab_size=V, in_features=2, num_classes=C)
+BASE = ann.ModelConfig(width=16, layers=1, heads=2, vocab_size=V, in_features=2, num_classes=C)
 
 
 def _train(model, batch, steps=8):
@@ -35,8 +35,14 @@ def _train(model, batch, steps=8):
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"kind": "transformer", "positional": "sinusoidal", "causal": True, "score": "additive"},
-        {"kind": "transformer", "positional": "rope", "embedding": "linear", "kv_heads": 1},
+        {
+            "kind": "transformer",
+            "layers": 2,
+            "positional": "sinusoidal",
+            "causal": True,
+            "dropout": 0.1,
+        },
+        {"kind": "transformer", "positional": "rope", "embedding": "linear", "score": "additive"},
         {"kind": "rnn", "cell": "gru"},
         {"kind": "rnn", "cell": "lstm", "embedding": "linear"},
         {"kind": "cnn"},
@@ -46,8 +52,11 @@ def _train(model, batch, steps=8):
 def test_each_model_trains_with_decreasing_loss(overrides):
     config = dataclasses.replace(BASE, **overrides)
     inputs = TOKENS if config.embedding == "tokens" else FEATURES
-    losses = _train(ann.build(config, nnx.Rngs(0)), {"inputs": inputs, "targets": TARGETS})
+    model = ann.build(config, nnx.Rngs(0))
+    losses = _train(model, {"inputs": inputs, "targets": TARGETS})
     assert losses[-1] < 0.7 * losses[0], losses
+    for gate in jax.tree.leaves(nnx.state(model, ann.HeadGate)):
+        np.testing.assert_array_equal(gate, 1.0)
 
 
 def test_one_layer_without_mlp_or_norms_is_a_skip_connection_and_a_readout():
@@ -64,17 +73,33 @@ def test_decoder_is_causal_and_attends_to_memory_of_another_length():
     decoder = ann.Decoder(2, 16, 4, num_kv_heads=2, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(3), (B, T, 16))
     memory = jax.random.normal(jax.random.key(4), (B, 3, 16))
-    out = decoder(x, memory)
+    call = nnx.jit(lambda decoder, x, memory: decoder(x, memory))
+    out = call(decoder, x, memory)
     assert out.shape == (B, T, 16)
-    np.testing.assert_allclose(decoder(x.at[:, 3:].set(5.0), memory)[:, :3], out[:, :3], atol=1e-5)
-    assert not np.allclose(decoder(x, memory + 1.0), out)
+    changed = call(decoder, x.at[:, 3:].set(5.0), memory)
+    np.testing.assert_allclose(changed[:, :3], out[:, :3], atol=1e-5)
+    assert not np.allclose(call(decoder, x, memory + 1.0), out)
 
 
-def test_bfloat16_model_gives_finite_float32_logits():
-    config = dataclasses.replace(BASE, dtype="bfloat16", qk_norm=True)
-    logits = ann.build(config, nnx.Rngs(0))({"inputs": TOKENS})
+@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+def test_bfloat16_model_gives_finite_float32_logits(kind):
+    config = dataclasses.replace(
+        BASE, kind=kind, cell="lstm", dtype="bfloat16", param_dtype="bfloat16", qk_norm=True
+    )
+    logits = nnx.jit(lambda model, batch: model(batch))(
+        ann.build(config, nnx.Rngs(0)), {"inputs": TOKENS}
+    )
     assert logits.dtype == jnp.float32 and logits.shape == (B, T, C)
     assert jnp.all(jnp.isfinite(logits))
+
+
+def test_config_score_fields_reach_the_score_modules():
+    config = dataclasses.replace(BASE, score="additive_relu", score_hidden=3, score_bias=False)
+    score = ann.build(config, nnx.Rngs(0)).encoder.blocks[0].attention.score
+    assert score.name == "additive_relu" and score().keys() == {"w_q", "w_k", "v"}
+    assert score.v.shape == (2, 3)
+    config = dataclasses.replace(BASE, learnable_scale=True)
+    assert ann.build(config, nnx.Rngs(0)).encoder.blocks[0].attention.score().keys() == {"scale"}
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,9 @@ import attnjax.nn as ann
 
 def test_rope_logits_depend_on_relative_position_only():
     q, k = jax.random.normal(jax.random.key(0), (2, 1, 1, 1, 8))
-    dots = [jnp.sum(ann.rope(q, jnp.array([t])) * ann.rope(k, jnp.array([t - 2])))
-            for t in (2, 5, 11)]  # fmt: skip
+    dots = [
+        jnp.sum(ann.rope(q, jnp.array([t])) * ann.rope(k, jnp.array([t - 2]))) for t in (2, 5, 11)
+    ]
     np.testing.assert_allclose(dots, dots[0] * np.ones(3), rtol=1e-5)
     np.testing.assert_allclose(ann.rope(q, jnp.array([0])), q)
 

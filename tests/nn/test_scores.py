@@ -48,8 +48,11 @@ def test_parameters_are_per_head_and_initialized_as_documented():
     np.testing.assert_allclose(cosine()["scale"], np.full(N, np.log2(64 * 63)), rtol=1e-6)
     additive = ann.make_score("additive_relu", N, H, options={"hidden": 6}, rngs=rngs)
     assert {k: v.shape for k, v in additive().items()} == {
-        "w_q": (N, H, 6), "w_k": (N, H, 6), "v": (N, 6), "b": (N, 6)
-    }  # fmt: skip
+        "w_q": (N, H, 6),
+        "w_k": (N, H, 6),
+        "v": (N, 6),
+        "b": (N, 6),
+    }
 
 
 def test_cosine_init_does_not_cap_the_largest_weight():
