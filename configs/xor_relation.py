@@ -22,8 +22,8 @@ def get_config(variant: str | None = None) -> ExperimentConfig:
         ),
         optim=OptimConfig(learning_rate=3e-3),
         train=TrainConfig(
-            steps=20 if smoke else 1500,
-            eval_every=10 if smoke else 250,
+            steps=20 if smoke else 600,
+            eval_every=10 if smoke else 150,
             batch_size=64,
             eval_batch_size=128 if smoke else 1024,
         ),

@@ -17,7 +17,7 @@ from flax import nnx
 
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, from_dict
-from attnjax.experiment.trainer import EVAL_SPLITS, Runs, Trainer, collect
+from attnjax.experiment.trainer import EVAL_SPLITS, Runs, Trainer, collect, get_trainer
 
 
 def train_and_evaluate(
@@ -47,7 +47,7 @@ def train_and_evaluate(
     }
     _prepare(workdir, json.loads(json.dumps(record)), overwrite)
 
-    trainer = Trainer(config)
+    trainer = get_trainer(config)
     state, lrs = trainer.init(runs)
     checkpoints = storage.Checkpoints(workdir / "checkpoints")
     start = checkpoints.latest_step()
@@ -109,7 +109,7 @@ def load_run(
     record = storage.read_json(workdir / "config.json")
     config = from_dict(record["config"])
     runs = Runs(tuple(record["seeds"]), tuple(record["learning_rates"]))
-    trainer = Trainer(config)
+    trainer = get_trainer(config)
     template, _ = trainer.init(runs)
     checkpoints = storage.Checkpoints(workdir / "checkpoints")
     params, rest, _ = checkpoints.restore(template)

@@ -7,6 +7,7 @@ gives the same numbers whether it trains alone or vectorized with others.
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,9 +72,11 @@ class Trainer:
         self.task = tasks.get(task_name(config.task))
         self.tx = optimizer(config.optim, config.train.steps)
         self.graphdef = nnx.graphdef(nnx.eval_shape(lambda: self._model(jax.random.key(0))))
-        self._init = jax.jit(jax.vmap(self._init_one))
-        self._chunk = jax.jit(jax.vmap(self._chunk_one, in_axes=(0, 0, 0, None)))
-        self._eval = jax.jit(jax.vmap(self._eval_one, in_axes=(0, 0, None)))
+        options = {"xla_backend_optimization_level": 0} if config.train.fast_compile else None
+        jit = functools.partial(jax.jit, compiler_options=options)
+        self._init = jit(jax.vmap(self._init_one))
+        self._chunk = jit(jax.vmap(self._chunk_one, in_axes=(0, 0, 0, None)))
+        self._eval = jit(jax.vmap(self._eval_one, in_axes=(0, 0, None)))
 
     def _model(self, key: Array) -> nnx.Module:
         model = nn.build(self.config.model, nnx.Rngs(key))
@@ -178,6 +181,12 @@ class Trainer:
         single = jax.jit(lambda s: self._chunk_one(s, 1.0, jnp.uint32(0), 0))
         cost = single.lower(state).cost_analysis()
         return float(cost.get("flops", float("nan"))) / self.config.train.eval_every
+
+
+@functools.lru_cache(maxsize=8)
+def get_trainer(config: ExperimentConfig) -> Trainer:
+    """A :class:`Trainer` shared by equal configs, so its compiled programs are reused."""
+    return Trainer(config)
 
 
 def shard_runs(tree: Any) -> Any:

@@ -1,0 +1,65 @@
+import dataclasses
+
+import pytest
+
+from attnjax.experiment import (
+    ExperimentConfig,
+    OptimConfig,
+    TrainConfig,
+    from_dict,
+    parse_value,
+    with_overrides,
+)
+
+
+def test_model_io_fields_are_derived_from_the_task(smoke_config):
+    model = smoke_config.model
+    spec = smoke_config.task.spec
+    assert model.embedding == "linear" and model.in_features == spec.num_features
+    assert model.num_classes == spec.num_classes
+    embedded = with_overrides(smoke_config, {"task.encoding": "embedding"})
+    assert embedded.model.embedding == "tokens"
+    assert embedded.model.vocab_size == embedded.task.spec.vocab_size
+
+
+def test_dict_round_trip(smoke_config):
+    config = with_overrides(smoke_config, {"model.score": "additive", "optim.clip_norm": 1.0})
+    assert from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    "overrides, error, match",
+    [
+        ({"model.nope": 1}, ValueError, "unknown field 'nope'"),
+        ({"modle.heads": 2}, ValueError, "unknown section"),
+        ({"heads": 2}, ValueError, "section.field"),
+        ({"model.heads": "two"}, TypeError, "heads"),
+        ({"model.score": "laplace"}, ValueError, "score"),
+        ({"optim.learning_rate": -1.0}, ValueError, "learning_rate"),
+        ({"optim.learning_rate": True}, TypeError, "learning_rate"),
+        ({"train.steps": 25}, ValueError, "multiple of eval_every"),
+        ({"train.diversity": "max"}, ValueError, "diversity"),
+        ({"task.num_keys": 1}, ValueError, "num_keys"),
+    ],
+)
+def test_bad_overrides_raise_naming_the_field(smoke_config, overrides, error, match):
+    with pytest.raises(error, match=match):
+        with_overrides(smoke_config, overrides)
+
+
+def test_sections_validate_on_construction():
+    with pytest.raises(ValueError, match="schedule"):
+        OptimConfig(schedule="linear")
+    with pytest.raises(TypeError, match="batch_size"):
+        TrainConfig(batch_size=3.5)
+    with pytest.raises(TypeError, match="task"):
+        ExperimentConfig(name="x", task=object(), model={})
+    assert dataclasses.is_dataclass(OptimConfig())
+
+
+def test_set_values_are_literals_never_code():
+    assert parse_value("3e-3") == 3e-3
+    assert parse_value("(1, 2)") == (1, 2)
+    assert parse_value("None") is None
+    assert parse_value("additive") == "additive"
+    assert parse_value("__import__('os').getcwd()") == "__import__('os').getcwd()"

@@ -1,0 +1,122 @@
+"""Run folders end to end on the smoke config: files, determinism, resume, vmap, load_run."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from attnjax import cli, tasks
+from attnjax.experiment import load_run, train_and_evaluate, with_overrides
+from attnjax.experiment.storage import read_csv, read_jsonl
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def reference_run(smoke_config, tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    rows = train_and_evaluate(smoke_config, out, num_seeds=2)
+    return out, rows
+
+
+def _train_losses(path, step):
+    rows = read_jsonl(path / "metrics.jsonl")
+    return {
+        r["seed"]: r["value"]
+        for r in rows
+        if r["split"] == "train" and r["metric"] == "loss" and r["step"] == step
+    }
+
+
+def test_run_folder_contents(reference_run):
+    out, rows = reference_run
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "metrics.jsonl", "results.csv", "report.md", "curves.png",
+            "env.json", "checkpoints"} <= names  # fmt: skip
+    assert [r["seed"] for r in rows] == [0, 1]
+    assert rows[0]["params"] > 0 and rows[0]["flops_per_step"] > 0
+    assert 0 <= rows[0]["test_accuracy"] <= 1
+    env = json.loads((out / "env.json").read_text())
+    assert env["jax"] == jax.__version__ and env["device_count"] == jax.device_count()
+    assert "mean ± 95% interval" in (out / "report.md").read_text()
+    assert not any(p.suffix in (".pkl", ".pickle") for p in out.rglob("*"))
+
+
+def test_rerun_reproduces_results_exactly(smoke_config, reference_run, tmp_path):
+    train_and_evaluate(smoke_config, tmp_path, num_seeds=2)
+    first = (reference_run[0] / "results.csv").read_text()
+    assert (tmp_path / "results.csv").read_text() == first
+
+
+def test_resume_after_interruption_matches_uninterrupted(smoke_config, reference_run, tmp_path):
+    def interrupt(step, total):
+        if step < total:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate(smoke_config, tmp_path, num_seeds=2, progress=interrupt)
+    assert not (tmp_path / "results.csv").exists()
+    train_and_evaluate(smoke_config, tmp_path, num_seeds=2)
+    assert read_csv(tmp_path / "results.csv") == read_csv(reference_run[0] / "results.csv")
+    assert read_jsonl(tmp_path / "metrics.jsonl") == read_jsonl(reference_run[0] / "metrics.jsonl")
+
+
+def test_vectorized_seeds_match_separate_runs(smoke_config, reference_run, tmp_path):
+    alone = with_overrides(smoke_config, {"train.seed": 1})
+    train_and_evaluate(alone, tmp_path, num_seeds=1)
+    step = smoke_config.train.eval_every
+    np.testing.assert_allclose(
+        _train_losses(tmp_path, step)[1], _train_losses(reference_run[0], step)[1], rtol=1e-5
+    )
+
+
+def test_existing_folder_of_another_config_is_never_overwritten(smoke_config, reference_run):
+    other = with_overrides(smoke_config, {"model.heads": 2})
+    with pytest.raises(ValueError, match="overwrite"):
+        train_and_evaluate(other, reference_run[0], num_seeds=2)
+
+
+def test_load_run_restores_a_model_that_reproduces_the_final_metric(reference_run):
+    out, rows = reference_run
+    config, model, metrics = load_run(out, run=1)
+    task = tasks.get("xor_relation")
+    key = jax.random.fold_in(jax.random.key(10**6), 2)  # the test split's batch
+    batch = task.generate(key, config.train.eval_batch_size, config.task)
+    accuracy = float(task.metrics(model(batch), batch)["accuracy"])
+    np.testing.assert_allclose(accuracy, rows[1]["test_accuracy"], rtol=1e-6)
+    assert metrics and {"seed", "step", "split", "metric", "value"} <= set(metrics[0])
+
+
+def test_cli_run_with_set_override(tmp_path, capsys):
+    cli.main([
+        "run", str(ROOT / "configs" / "xor_relation.py"), "--smoke", "--seeds", "1",
+        "--set", "model.score=additive", "--out", str(tmp_path),
+    ])  # fmt: skip
+    assert "run folder" in capsys.readouterr().out
+    assert json.loads((tmp_path / "config.json").read_text())["config"]["model"]["score"] == (
+        "additive"
+    )
+    with pytest.raises(ValueError, match="unknown field"):
+        cli.main(["run", str(ROOT / "configs" / "xor_relation.py"), "--smoke",
+                  "--set", "model.sccore=dot", "--out", str(tmp_path / "x")])  # fmt: skip
+
+
+def test_sharded_seeds_on_four_devices_match_one_device(reference_run, tmp_path):
+    script = (
+        "import jax, sys; assert jax.device_count() == 4\n"
+        "from attnjax.experiment import load_file, train_and_evaluate\n"
+        f"c = load_file({str(ROOT / 'configs' / 'xor_relation.py')!r}).get_config('smoke')\n"
+        f"train_and_evaluate(c, {str(tmp_path)!r}, num_seeds=4)\n"
+    )
+    env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=ROOT)
+    sharded = {int(r["seed"]): r for r in read_csv(tmp_path / "results.csv")}
+    for row in read_csv(reference_run[0] / "results.csv"):
+        np.testing.assert_allclose(
+            float(sharded[int(row["seed"])]["test_loss"]), float(row["test_loss"]), rtol=1e-5
+        )
