@@ -58,6 +58,11 @@ def _progress_bar(prefix: str, step: int, total: int, width: int = 30) -> None:
           file=sys.stderr, flush=True)  # fmt: skip
 
 
+def _point_progress(point: str, step: int, total: int) -> None:
+    """One line per finished evaluation chunk (points run in parallel, so no bars)."""
+    print(f"{point:<48} step {step}/{total}", file=sys.stderr, flush=True)
+
+
 def _overrides(pairs: list[str]) -> dict[str, object]:
     out = {}
     for pair in pairs:
@@ -86,7 +91,8 @@ def sweep(args: argparse.Namespace) -> None:
     out = args.out or Path("runs") / exp.name
     summary, verdict, reason = experiment.sweep(
         exp, out, num_seeds=args.seeds, overwrite=args.overwrite,
-        progress=lambda point, step, total: _progress_bar(f"{point:<32}", step, total),
+        workers=args.workers,
+        progress=_point_progress,
     )  # fmt: skip
     print(f"\n{exp.name}: {exp.claim}\n")
     print(summary_table(summary, exp.metric))
@@ -109,6 +115,9 @@ def main(argv: list[str] | None = None) -> None:
         sub.add_argument("--smoke", action="store_true", help="a seconds-long version")
         sub.add_argument("--overwrite", action="store_true", help="replace an existing folder")
     commands.choices["run"].add_argument("--variant", help="passed to get_config")
+    commands.choices["sweep"].add_argument(
+        "--workers", type=int, default=2, help="points trained in parallel (threads)"
+    )
     commands.choices["run"].add_argument(
         "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
         help="override a config field; the value is parsed as a Python literal",

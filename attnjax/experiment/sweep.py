@@ -9,10 +9,12 @@ verdict: *supported*, *refuted* or *inconclusive*.
 """
 
 import dataclasses
+import functools
 import itertools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -79,30 +81,35 @@ def sweep(
     *,
     num_seeds: int = 5,
     overwrite: bool = False,
+    workers: int = 2,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[Summary, str, str]:
-    """Train every point; write results, report and plot; return ``(summary, verdict, reason)``."""
+    """Train every point (``workers`` at a time); write results, report and plot; return
+    ``(summary, verdict, reason)``. ``progress(point, step, total)`` follows each point."""
     out = Path(out)
-    best_rows, summary = [], {}
-    for i, point in enumerate(experiment.points):
+
+    def train_point(i: int, point: Mapping[str, Any]) -> list[dict[str, Any]]:
         name = label(point)
-        config = with_overrides(experiment.base, {**point, "name": name})
-        rows = train_and_evaluate(
-            config,
+        return train_and_evaluate(
+            with_overrides(experiment.base, {**point, "name": name}),
             out / "points" / f"{i:02d}_{re.sub(r'[^A-Za-z0-9=.-]+', '_', name)}",
             num_seeds=num_seeds,
             learning_rates=experiment.learning_rates,
             fields={"point": name} | {k.rsplit(".", 1)[-1]: v for k, v in point.items()},
             overwrite=overwrite,
-            progress=(lambda step, total, name=name: progress(name, step, total))
-            if progress
-            else None,
+            progress=functools.partial(progress, name) if progress else None,
         )
+
+    # Points compile and run in parallel threads: XLA compiles one program on one core.
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        all_rows = list(pool.map(train_point, range(len(experiment.points)), experiment.points))
+    best_rows, summary = [], {}
+    for point, rows in zip(experiment.points, all_rows, strict=True):
         best = _best_learning_rate(rows, experiment)
         chosen = [r for r in rows if r["learning_rate"] == best]
         best_rows += chosen
         values = tuple(r[f"test_{experiment.metric}"] for r in chosen)
-        summary[name] = Stats(*report.mean_ci95(values), values, best, chosen[0]["params"])
+        summary[label(point)] = Stats(*report.mean_ci95(values), values, best, chosen[0]["params"])
     verdict, reason = experiment.verdict(summary)
     if verdict not in VERDICTS:
         raise ValueError(f"verdict: expected one of {VERDICTS}, got {verdict!r}")
