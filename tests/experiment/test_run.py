@@ -120,3 +120,17 @@ def test_sharded_seeds_on_four_devices_match_one_device(reference_run, tmp_path)
         np.testing.assert_allclose(
             float(sharded[int(row["seed"])]["test_loss"]), float(row["test_loss"]), rtol=1e-5
         )
+
+
+def test_diagnostics_and_regularizers_are_recorded(smoke_config, tmp_path):
+    config = with_overrides(
+        smoke_config,
+        {"model.heads": 2, "train.diagnostics": True, "train.diversity": "cosine",
+         "train.diversity_weight": 0.1, "train.z_loss": 1e-4},
+    )  # fmt: skip
+    train_and_evaluate(config, tmp_path, num_seeds=1)
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    recorded = {r["metric"] for r in rows if r["split"] == "test"}
+    assert {"attention_entropy", "attention_saturation", "head_similarity"} <= recorded
+    entropy = [r["value"] for r in rows if r["metric"] == "attention_entropy"]
+    assert all(0 <= e <= np.log(smoke_config.task.spec.seq_len) + 1e-6 for e in entropy)
