@@ -50,12 +50,11 @@ def entropy_redundancy_importance(model: nnx.Module, batch: dict) -> Float[Array
     """``entropy_h / log S + (1 − max_{j≠h} sim(h, j))``: a head with sharp (low-entropy)
     attention that another head of its layer nearly copies scores low, i.e. prunable first.
     ``sim`` is the cosine of flattened attention maps (:func:`head_similarity`)."""
-    layers = [m for _, m in model.iter_modules() if isinstance(m, MultiHeadAttention)]
+    layers = [m for _, m in nnx.iter_modules(model) if isinstance(m, MultiHeadAttention)]
     for layer in layers:
         layer.sow_weights = True
     try:
-        model(batch)
-        sown = nnx.pop(model, nnx.Intermediate)
+        _, sown = nnx.capture(model, nnx.Intermediate)(batch)
     finally:
         for layer in layers:
             layer.sow_weights = False

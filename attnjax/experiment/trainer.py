@@ -82,7 +82,7 @@ class Trainer:
         model = nn.build(self.config.model, nnx.Rngs(key))
         train = self.config.train
         if train.diagnostics or train.diversity != "none":
-            for _, module in model.iter_modules():
+            for _, module in nnx.iter_modules(model):
                 if isinstance(module, nn.MultiHeadAttention):
                     module.sow_weights = True
         return model
@@ -95,8 +95,7 @@ class Trainer:
     def _forward(self, params: Any, rest: Any, batch: dict) -> tuple[Array, list[Array]]:
         """Logits ``[B, T, C]`` and the attention weights ``[B, N, T, S]`` sown by each layer."""
         model = nnx.merge(self.graphdef, params, rest)
-        logits = model(batch)
-        sown = nnx.pop(model, nnx.Intermediate)
+        logits, sown = nnx.capture(model, nnx.Intermediate)(batch)
         return logits, jax.tree.leaves(sown)
 
     def _loss(self, params: Any, rest: Any, batch: dict) -> Float[Array, ""]:
