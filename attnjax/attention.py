@@ -9,11 +9,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from attnjax.chunked import chunked_attention
 from attnjax.dense import dense_attention
 from attnjax.masks import MaskSpec
 from attnjax.scores import SCORES
+from attnjax.tiling import BlockSizes
 
-IMPLEMENTATIONS = {"xla": dense_attention}
+IMPLEMENTATIONS = {"xla": dense_attention, "chunked": chunked_attention}
+TILED = ("chunked",)
+# implementation=None on CPU: dense below this many logits per (batch, head), chunked from it
+# on. Measured with benchmarks/attention.py (docs/performance.md).
+CHUNKED_MIN_LOGITS = 512 * 512
 
 
 def attention(
@@ -37,6 +43,7 @@ def attention(
     return_weights: bool = False,
     return_residual: bool = False,
     implementation: str | None = None,
+    block_sizes: BlockSizes | None = None,
 ):
     """Attention with any scoring function; a drop-in for ``jax.nn.dot_product_attention``.
 
@@ -59,6 +66,12 @@ def attention(
     Returns ``output [B, T, N, Hv]`` in the query's dtype; with ``return_weights`` also
     ``weights [B, N, T, S]`` (float32); with ``return_residual`` also the log-sum-exp
     ``[B, N, T]`` (float32, ``-inf`` for rows with no visible key).
+
+    ``implementation``: ``"xla"`` (dense: materializes the logits), ``"chunked"`` (online
+    softmax over tiles in XLA, O(T) memory forward and backward) or ``None`` to choose: dense
+    for short sequences or when ``return_weights`` is set, chunked otherwise. Tiled
+    implementations never form the weights, so ``return_weights=True`` with them is an
+    error. ``block_sizes`` sets their tiles (each has defaults).
     """
     query, key, value = (jnp.asarray(x) for x in (query, key, value))
     batched = query.ndim == 4
@@ -83,7 +96,9 @@ def attention(
             f"{jnp.asarray(mask).dtype}; pass additive masks as `bias`"
         )
     mask = _check_broadcast("mask", mask, logits_shape, batched)
-    temperature = _check_temperature(temperature)
+    temperature = _check_broadcast(
+        "temperature", _check_temperature(temperature), logits_shape, batched
+    )
     mask_spec = MaskSpec(
         is_causal=bool(is_causal),
         window=_check_window(local_window_size),
@@ -93,28 +108,54 @@ def attention(
         **_check_segments(q_segment_ids, kv_segment_ids, batch, num_queries, num_keys),
     )
     score_fn, score_params = _resolve_score(score, score_params, scale, num_heads, head_dim)
-    if implementation is None:
-        implementation = "xla"
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(
-            f"implementation: expected one of {sorted(IMPLEMENTATIONS)} or None, "
-            f"got {implementation!r}"
-        )
+    implementation = _check_implementation(
+        implementation, return_weights, block_sizes, num_queries * num_keys
+    )
+    tiled = {"block_sizes": block_sizes} if implementation in TILED else {}
     output, weights, lse = IMPLEMENTATIONS[implementation](
         query,
         key,
         value,
         score=score_fn,
         score_params=score_params,
+        score_name=score if isinstance(score, str) else None,
         bias=bias,
         mask=mask,
         mask_spec=mask_spec,
         temperature=temperature,
+        **tiled,
     )
     if not batched:
-        output, weights, lse = output[0], weights[0], lse[0]
+        output, lse = output[0], lse[0]
+        weights = None if weights is None else weights[0]
     extras = (weights,) * return_weights + (lse,) * return_residual
     return (output, *extras) if extras else output
+
+
+def _check_implementation(
+    implementation: str | None,
+    return_weights: bool,
+    block_sizes: BlockSizes | None,
+    num_logits: int,
+) -> str:
+    if implementation is None:
+        tiny = num_logits < CHUNKED_MIN_LOGITS
+        implementation = "xla" if return_weights or tiny else "chunked"
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"implementation: expected one of {sorted(IMPLEMENTATIONS)} or None, "
+            f"got {implementation!r}"
+        )
+    if return_weights and implementation in TILED:
+        raise ValueError(
+            f"return_weights: implementation={implementation!r} never forms the [B, N, T, S] "
+            "weights; use implementation='xla' (or None) to get them"
+        )
+    if block_sizes is not None and not isinstance(block_sizes, BlockSizes):
+        raise TypeError(
+            f"block_sizes: expected attnjax.tiling.BlockSizes or None, got {block_sizes!r}"
+        )
+    return implementation
 
 
 def _check_qkv(query: Array, key: Array, value: Array) -> None:
