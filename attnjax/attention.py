@@ -11,12 +11,17 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from attnjax.chunked import chunked_attention
 from attnjax.dense import dense_attention
+from attnjax.kernels import pallas_attention, unsupported
 from attnjax.masks import MaskSpec
 from attnjax.scores import SCORES
 from attnjax.tiling import BlockSizes
 
-IMPLEMENTATIONS = {"xla": dense_attention, "chunked": chunked_attention}
-TILED = ("chunked",)
+IMPLEMENTATIONS = {
+    "xla": dense_attention,
+    "chunked": chunked_attention,
+    "pallas": pallas_attention,
+}
+TILED = ("chunked", "pallas")
 # implementation=None on CPU: dense below this many logits per (batch, head), chunked from it
 # on. Measured with benchmarks/attention.py (docs/performance.md).
 CHUNKED_MIN_LOGITS = 512 * 512
@@ -68,8 +73,10 @@ def attention(
     ``[B, N, T]`` (float32, ``-inf`` for rows with no visible key).
 
     ``implementation``: ``"xla"`` (dense: materializes the logits), ``"chunked"`` (online
-    softmax over tiles in XLA, O(T) memory forward and backward) or ``None`` to choose: dense
-    for short sequences or when ``return_weights`` is set, chunked otherwise. Tiled
+    softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (Pallas
+    kernels for the named dot-product and additive scores, structured masks only) or ``None``
+    to choose: dense for short sequences or when ``return_weights`` is set, else pallas on
+    GPU where it applies, else chunked. Tiled
     implementations never form the weights, so ``return_weights=True`` with them is an
     error. ``block_sizes`` sets their tiles (each has defaults).
     """
@@ -107,10 +114,13 @@ def attention(
         kv_lengths=_check_lengths("key_value_seq_lengths", key_value_seq_lengths, batch),
         **_check_segments(q_segment_ids, kv_segment_ids, batch, num_queries, num_keys),
     )
+    score_name = score if isinstance(score, str) else None
     score_fn, score_params = _resolve_score(score, score_params, scale, num_heads, head_dim)
-    implementation = _check_implementation(
-        implementation, return_weights, block_sizes, num_queries * num_keys
-    )
+    if implementation is None:
+        implementation = _choose_implementation(
+            return_weights, num_queries * num_keys, unsupported(score_name, bias, mask, temperature)
+        )
+    _check_implementation(implementation, return_weights, block_sizes)
     tiled = {"block_sizes": block_sizes} if implementation in TILED else {}
     output, weights, lse = IMPLEMENTATIONS[implementation](
         query,
@@ -118,7 +128,7 @@ def attention(
         value,
         score=score_fn,
         score_params=score_params,
-        score_name=score if isinstance(score, str) else None,
+        score_name=score_name,
         bias=bias,
         mask=mask,
         mask_spec=mask_spec,
@@ -132,15 +142,18 @@ def attention(
     return (output, *extras) if extras else output
 
 
+def _choose_implementation(return_weights: bool, num_logits: int, pallas_refuses) -> str:
+    """Dense for short sequences or weights; else pallas on GPU where it applies, or chunked."""
+    if return_weights or num_logits < CHUNKED_MIN_LOGITS:
+        return "xla"
+    if jax.default_backend() == "gpu" and pallas_refuses is None:
+        return "pallas"
+    return "chunked"
+
+
 def _check_implementation(
-    implementation: str | None,
-    return_weights: bool,
-    block_sizes: BlockSizes | None,
-    num_logits: int,
-) -> str:
-    if implementation is None:
-        tiny = num_logits < CHUNKED_MIN_LOGITS
-        implementation = "xla" if return_weights or tiny else "chunked"
+    implementation: str, return_weights: bool, block_sizes: BlockSizes | None
+) -> None:
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"implementation: expected one of {sorted(IMPLEMENTATIONS)} or None, "
@@ -155,7 +168,6 @@ def _check_implementation(
         raise TypeError(
             f"block_sizes: expected attnjax.tiling.BlockSizes or None, got {block_sizes!r}"
         )
-    return implementation
 
 
 def _check_qkv(query: Array, key: Array, value: Array) -> None:

@@ -18,20 +18,23 @@ from jaxtyping import Array, Bool, Float
 
 from attnjax.dense import Score
 from attnjax.masks import MaskSpec, combine
-from attnjax.softmax import MASK_VALUE
 from attnjax.tiling import (
     BlockSizes,
     as_4d,
     key_block_range,
+    online_finish,
+    online_init,
+    online_step,
     pad_axis,
     pad_tiles,
     query_block_range,
+    recomputed_probs,
     round_up,
     tile,
     tile_add,
 )
 
-DEFAULT_BLOCKS = BlockSizes(block_q=1024, block_k=256)
+DEFAULT_BLOCKS = BlockSizes(block_q=256, block_k=128)
 # Additive scores hold a [B, N, block_q, block_k, A] hidden tile: keep it small.
 DEFAULT_ADDITIVE_BLOCKS = BlockSizes(block_q=128, block_k=128)
 
@@ -128,7 +131,6 @@ def _forward(config, q, k, v, params, bias, temperature, mask, mask_spec):
         q_blk = jax.lax.dynamic_slice_in_dim(q, q_start, bq, axis=2)
 
         def body(j, carry):
-            m_prev, l_prev, acc = carry
             k_start = j * bk
             k_blk = jax.lax.dynamic_slice_in_dim(k, k_start, bk, axis=2)
             v_blk = jax.lax.dynamic_slice_in_dim(v, k_start, bk, axis=2).astype(jnp.float32)
@@ -140,30 +142,17 @@ def _forward(config, q, k, v, params, bias, temperature, mask, mask_spec):
                 tile(bias, q_start, k_start, bq, bk),
                 tile(temperature, q_start, k_start, bq, bk),
             )
-            tile_mask = _tile_mask(config, mask, mask_spec, q_start, k_start)
-            if tile_mask is not None:
-                s = jnp.where(tile_mask, s, MASK_VALUE)
-            m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1))
-            p = jnp.exp(s - m_new[..., None])
-            if tile_mask is not None:
-                p = jnp.where(tile_mask, p, 0.0)
-            alpha = jnp.exp(m_prev - m_new)
-            pv = jnp.einsum("bkgts,bksh->bkgth", _group(p, num_kv), v_blk)
-            acc = alpha[..., None] * acc + pv.reshape(acc.shape)
-            return m_new, alpha * l_prev + jnp.sum(p, axis=-1), acc
 
-        init = (
-            jnp.full((batch, heads, bq), MASK_VALUE, jnp.float32),
-            jnp.zeros((batch, heads, bq), jnp.float32),
-            jnp.zeros((batch, heads, bq, hv), jnp.float32),
-        )
+            def weighted_sum(p):
+                pv = jnp.einsum("bkgts,bksh->bkgth", _group(p, num_kv), v_blk)
+                return pv.reshape(batch, heads, bq, hv)
+
+            tile_mask = _tile_mask(config, mask, mask_spec, q_start, k_start)
+            return online_step(carry, s, tile_mask, weighted_sum)
+
         lo, hi = key_block_range(mask_spec, q_start, bq, bk, ts // bk)
-        m, total, acc = jax.lax.fori_loop(lo, hi, body, init)
-        nonempty = total > 0
-        safe_total = jnp.where(nonempty, total, 1.0)
-        out = jnp.where(nonempty[..., None], acc / safe_total[..., None], 0.0)
-        lse = jnp.where(nonempty, m + jnp.log(safe_total), -jnp.inf)
-        return out, lse
+        carry = jax.lax.fori_loop(lo, hi, body, online_init((batch, heads, bq), hv))
+        return online_finish(carry)
 
     out, lse = jax.lax.map(query_block, jnp.arange(tq // bq))
     out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, tq, hv)
@@ -187,7 +176,6 @@ def _attention_bwd(config, residuals, cotangents):
     num_kv, tq, ts = k.shape[1], q.shape[2], k.shape[2]
     # FlashAttention-2: d logits = p * (d_out·v - rowsum(d_out * out)); lse adds p * d_lse.
     delta = jnp.sum(d_out * out, axis=-1) - d_lse
-    lse = jnp.where(jnp.isfinite(lse), lse, 0.0)
     zeros = functools.partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
 
     def key_block(carry, j):
@@ -205,10 +193,8 @@ def _attention_bwd(config, residuals, cotangents):
             s, vjp = jax.vjp(
                 functools.partial(_tile_logits, config), q_blk, k_blk, params, bias_blk, temp_blk
             )
-            p = jnp.exp(s - rows(lse, slice_size=bq)[..., None])
             tile_mask = _tile_mask(config, mask, mask_spec, q_start, k_start)
-            if tile_mask is not None:
-                p = jnp.where(tile_mask, p, 0.0)
+            p = recomputed_probs(s, rows(lse, slice_size=bq), tile_mask)
             do_blk = _group(rows(d_out, slice_size=bq), num_kv)
             dv_blk = dv_blk + jnp.einsum("bkgts,bkgth->bksh", _group(p, num_kv), do_blk)
             dp = jnp.einsum("bkgth,bksh->bkgts", do_blk, v_blk).reshape(p.shape)
