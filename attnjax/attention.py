@@ -76,9 +76,9 @@ def attention(
     softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (Pallas
     kernels for the named dot-product and additive scores, structured masks only) or ``None``
     to choose: dense for short sequences or when ``return_weights`` is set, else pallas on
-    GPU where it applies, else chunked. Tiled
-    implementations never form the weights, so ``return_weights=True`` with them is an
-    error. ``block_sizes`` sets their tiles (each has defaults).
+    GPU where it applies, else chunked. Tiled implementations never form the weights, so
+    ``return_weights=True`` with them is an error. ``block_sizes`` (:class:`attnjax.BlockSizes`)
+    sets their tiles; each has defaults. See ``docs/tiled.md``.
     """
     query, key, value = (jnp.asarray(x) for x in (query, key, value))
     batched = query.ndim == 4
@@ -165,9 +165,7 @@ def _check_implementation(
             "weights; use implementation='xla' (or None) to get them"
         )
     if block_sizes is not None and not isinstance(block_sizes, BlockSizes):
-        raise TypeError(
-            f"block_sizes: expected attnjax.tiling.BlockSizes or None, got {block_sizes!r}"
-        )
+        raise TypeError(f"block_sizes: expected attnjax.BlockSizes or None, got {block_sizes!r}")
 
 
 def _check_qkv(query: Array, key: Array, value: Array) -> None:

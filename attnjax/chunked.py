@@ -34,7 +34,7 @@ from attnjax.tiling import (
     tile_add,
 )
 
-DEFAULT_BLOCKS = BlockSizes(block_q=256, block_k=128)
+DEFAULT_BLOCKS = BlockSizes(block_q=1024, block_k=128)
 # Additive scores hold a [B, N, block_q, block_k, A] hidden tile: keep it small.
 DEFAULT_ADDITIVE_BLOCKS = BlockSizes(block_q=128, block_k=128)
 
