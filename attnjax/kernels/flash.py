@@ -105,13 +105,7 @@ class Config:
 
 def _mask(config, info, q_idx, k_idx, q_seg, k_seg):
     """The tile's mask ``[bq, bk]`` from the shared rules, lengths and segment ids."""
-    spec = MaskSpec(
-        is_causal=config.is_causal,
-        window=config.window,
-        offset=info[0],
-        q_lengths=info[1:2],
-        kv_lengths=info[2:3],
-    )
+    spec = dataclasses.replace(_spec(config, info), q_lengths=info[1:2], kv_lengths=info[2:3])
     mask = spec.block(q_idx, k_idx)[0, 0]
     if config.segments:
         mask = mask & (q_seg[:, None] == k_seg[None, :])
@@ -119,11 +113,15 @@ def _mask(config, info, q_idx, k_idx, q_seg, k_seg):
 
 
 def _spec(config, info):
+    """The causal/window rules (they bound the blocks a program visits)."""
     return MaskSpec(is_causal=config.is_causal, window=config.window, offset=info[0])
 
 
 def _refs(config, refs, count):
-    """Split ``refs`` into (the ``count`` fixed refs, w or None, q_seg or None, k_seg or None)."""
+    """Split a kernel's refs: (the ``count`` fixed inputs, w, q_seg, k_seg, the outputs).
+
+    The optional inputs are ``None`` when absent.
+    """
     refs = list(refs)
     head = refs[:count]
     rest = refs[count:]
