@@ -9,11 +9,22 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from attnjax.chunked import chunked_attention
 from attnjax.dense import dense_attention
+from attnjax.kernels import pallas_attention, unsupported
 from attnjax.masks import MaskSpec
 from attnjax.scores import SCORES
+from attnjax.tiling import BlockSizes
 
-IMPLEMENTATIONS = {"xla": dense_attention}
+IMPLEMENTATIONS = {
+    "xla": dense_attention,
+    "chunked": chunked_attention,
+    "pallas": pallas_attention,
+}
+TILED = ("chunked", "pallas")
+# implementation=None on CPU: dense below this many logits per (batch, head), chunked from it
+# on. Measured with benchmarks/attention.py (docs/performance.md).
+CHUNKED_MIN_LOGITS = 512 * 512
 
 
 def attention(
@@ -37,6 +48,7 @@ def attention(
     return_weights: bool = False,
     return_residual: bool = False,
     implementation: str | None = None,
+    block_sizes: BlockSizes | None = None,
 ):
     """Attention with any scoring function; a drop-in for ``jax.nn.dot_product_attention``.
 
@@ -59,6 +71,14 @@ def attention(
     Returns ``output [B, T, N, Hv]`` in the query's dtype; with ``return_weights`` also
     ``weights [B, N, T, S]`` (float32); with ``return_residual`` also the log-sum-exp
     ``[B, N, T]`` (float32, ``-inf`` for rows with no visible key).
+
+    ``implementation``: ``"xla"`` (dense: materializes the logits), ``"chunked"`` (online
+    softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (Pallas
+    kernels for the named dot-product and additive scores, structured masks only) or ``None``
+    to choose: dense for short sequences or when ``return_weights`` is set, else pallas on
+    GPU where it applies, else chunked. Tiled implementations never form the weights, so
+    ``return_weights=True`` with them is an error. ``block_sizes`` (:class:`attnjax.BlockSizes`)
+    sets their tiles; each has defaults. See ``docs/tiled.md``.
     """
     query, key, value = (jnp.asarray(x) for x in (query, key, value))
     batched = query.ndim == 4
@@ -83,7 +103,9 @@ def attention(
             f"{jnp.asarray(mask).dtype}; pass additive masks as `bias`"
         )
     mask = _check_broadcast("mask", mask, logits_shape, batched)
-    temperature = _check_temperature(temperature)
+    temperature = _check_broadcast(
+        "temperature", _check_temperature(temperature), logits_shape, batched
+    )
     mask_spec = MaskSpec(
         is_causal=bool(is_causal),
         window=_check_window(local_window_size),
@@ -92,29 +114,58 @@ def attention(
         kv_lengths=_check_lengths("key_value_seq_lengths", key_value_seq_lengths, batch),
         **_check_segments(q_segment_ids, kv_segment_ids, batch, num_queries, num_keys),
     )
+    score_name = score if isinstance(score, str) else None
     score_fn, score_params = _resolve_score(score, score_params, scale, num_heads, head_dim)
     if implementation is None:
-        implementation = "xla"
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(
-            f"implementation: expected one of {sorted(IMPLEMENTATIONS)} or None, "
-            f"got {implementation!r}"
+        implementation = _choose_implementation(
+            return_weights, num_queries * num_keys, unsupported(score_name, bias, mask, temperature)
         )
+    _check_implementation(implementation, return_weights, block_sizes)
+    tiled = {"block_sizes": block_sizes} if implementation in TILED else {}
     output, weights, lse = IMPLEMENTATIONS[implementation](
         query,
         key,
         value,
         score=score_fn,
         score_params=score_params,
+        score_name=score_name,
         bias=bias,
         mask=mask,
         mask_spec=mask_spec,
         temperature=temperature,
+        **tiled,
     )
     if not batched:
-        output, weights, lse = output[0], weights[0], lse[0]
+        output, lse = output[0], lse[0]
+        weights = None if weights is None else weights[0]
     extras = (weights,) * return_weights + (lse,) * return_residual
     return (output, *extras) if extras else output
+
+
+def _choose_implementation(return_weights: bool, num_logits: int, pallas_refuses) -> str:
+    """Dense for short sequences or weights; else pallas on GPU where it applies, or chunked."""
+    if return_weights or num_logits < CHUNKED_MIN_LOGITS:
+        return "xla"
+    if jax.default_backend() == "gpu" and pallas_refuses is None:
+        return "pallas"
+    return "chunked"
+
+
+def _check_implementation(
+    implementation: str, return_weights: bool, block_sizes: BlockSizes | None
+) -> None:
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"implementation: expected one of {sorted(IMPLEMENTATIONS)} or None, "
+            f"got {implementation!r}"
+        )
+    if return_weights and implementation in TILED:
+        raise ValueError(
+            f"return_weights: implementation={implementation!r} never forms the [B, N, T, S] "
+            "weights; use implementation='xla' (or None) to get them"
+        )
+    if block_sizes is not None and not isinstance(block_sizes, BlockSizes):
+        raise TypeError(f"block_sizes: expected attnjax.BlockSizes or None, got {block_sizes!r}")
 
 
 def _check_qkv(query: Array, key: Array, value: Array) -> None:

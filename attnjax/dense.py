@@ -19,6 +19,7 @@ def dense_attention(
     *,
     score: Score,
     score_params: Any,
+    score_name: str | None = None,
     bias: Float[Array, "#B #N #T #S"] | None = None,
     mask: Bool[Array, "#B #N #T #S"] | None = None,
     mask_spec: MaskSpec,
@@ -28,8 +29,10 @@ def dense_attention(
 
     ``score(q [B, N, T, H], k [B, N, S, H], score_params)`` gives the logits; key/value heads
     are repeated ``N // K`` times for grouped attention. Logits, softmax and the weighted sum
-    run in float32; the output is cast to ``query.dtype``.
+    run in float32; the output is cast to ``query.dtype``. ``score_name`` (the registry name
+    of ``score``, if any) is part of the shared interface; kernels use it, this path does not.
     """
+    del score_name
     num_heads, num_kv_heads = query.shape[2], key.shape[2]
     group = num_heads // num_kv_heads
     q = jnp.swapaxes(query.astype(jnp.float32), 1, 2)

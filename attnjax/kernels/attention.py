@@ -1,0 +1,186 @@
+"""``implementation="pallas"``: folds each named score into inputs of the flash kernels.
+
+``dot``, ``scaled_dot``, ``cosine`` and ``bilinear`` become plain ``q' · k'`` (scale,
+normalization, ``W`` and the temperature folded into ``q'`` and ``k'``); ``additive`` and
+``additive_relu`` become ``w · act(q W_q + b + k W_k)`` with ``w = v / temperature``. The
+folding is ordinary JAX, so gradients reach ``score_params`` and ``temperature`` through it;
+the kernels differentiate the rest with their own backward passes.
+
+The kernels target GPUs (Triton); elsewhere they run in Pallas interpret mode (slow: for
+tests). Callables, dense boolean masks and ``bias`` are refused: use ``"chunked"``.
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jaxtyping import Array, Bool, Float
+
+from attnjax.dense import Score
+from attnjax.kernels.flash import Additive, Config, Dot, flash
+from attnjax.masks import MaskSpec
+from attnjax.scores import _unit
+from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
+
+DEFAULT_BLOCKS = BlockSizes(block_q=64, block_k=64)
+# Additive tiles form [block_q, block_k, A] on chip.
+DEFAULT_ADDITIVE_BLOCKS = BlockSizes(block_q=16, block_k=32)
+SUPPORTED_SCORES = ("dot", "scaled_dot", "cosine", "bilinear", "additive", "additive_relu")
+
+
+def pallas_attention(
+    query: Float[Array, "B T N H"],
+    key: Float[Array, "B S K H"],
+    value: Float[Array, "B S K Hv"],
+    *,
+    score: Score,
+    score_params: Any,
+    score_name: str | None = None,
+    bias: Float[Array, "#B #N #T #S"] | None = None,
+    mask: Bool[Array, "#B #N #T #S"] | None = None,
+    mask_spec: MaskSpec,
+    temperature: Float[Array, "..."] | None = None,
+    block_sizes: BlockSizes | None = None,
+) -> tuple[Float[Array, "B T N Hv"], None, Float[Array, "B N T"]]:
+    """Attention on already validated inputs: ``(output, None, log-sum-exp)``.
+
+    Same contract as :func:`attnjax.chunked.chunked_attention`. Block sizes must be powers of
+    two (Triton); they are clamped to the next power of two of each sequence length, which is
+    padded to whole blocks inside.
+    """
+    del score  # the kernels are chosen by name
+    reason = unsupported(score_name, bias, mask, temperature)
+    if reason is not None:
+        raise ValueError(reason)
+    additive = score_name.startswith("additive")
+    batch, num_queries, num_heads, _ = query.shape
+    num_keys = key.shape[1]
+    blocks = _check_blocks(block_sizes, additive, num_queries, num_keys)
+    tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
+
+    temperature = as_4d(temperature)
+    if additive:
+        q, k, w = _fold_additive(query, key, score_params, temperature, num_heads)
+        value = jnp.repeat(value, num_heads // value.shape[2], axis=2)  # k' has N heads
+    else:
+        q, k = _fold_dot(score_name, query, key, score_params, temperature)
+        w = None
+    q = pad_axis(q, 1, tq)
+    k, v = pad_axis(k, 1, ts), pad_axis(value, 1, ts)
+    info, segments = _mask_inputs(mask_spec, batch, num_queries, num_keys, tq, ts)
+    config = Config(
+        tile_score=Additive("relu" if score_name == "additive_relu" else "tanh")
+        if additive
+        else Dot(),
+        blocks=blocks,
+        is_causal=mask_spec.is_causal,
+        window=mask_spec.window,
+        segments=segments is not None,
+        interpret=jax.default_backend() != "gpu",
+    )
+    out, lse = flash(config, q, k, v, w, info, segments)
+    return out[:, :num_queries].astype(query.dtype), None, lse[:, :, :num_queries]
+
+
+def unsupported(score_name: str | None, bias, mask, temperature) -> str | None:
+    """Why the kernels cannot take these arguments, or ``None`` when they can."""
+    if score_name not in SUPPORTED_SCORES:
+        return (
+            f"score: implementation='pallas' takes one of {list(SUPPORTED_SCORES)}, got "
+            f"{'a callable' if score_name is None else repr(score_name)}; use "
+            "implementation='chunked' for other scores"
+        )
+    if mask is not None:
+        return (
+            "mask: implementation='pallas' takes structured masks only (is_causal, lengths, "
+            "segment ids, local_window_size); use implementation='chunked' for dense masks"
+        )
+    if bias is not None:
+        return "bias: implementation='pallas' takes no bias; use implementation='chunked'"
+    t = as_4d(temperature)
+    additive = score_name.startswith("additive")
+    if t is not None and (t.shape[3] != 1 or (additive and t.shape[2] != 1)):
+        expected = "[#B, #N, 1, 1]" if additive else "[#B, #N, #T, 1]"
+        return (
+            f"temperature: implementation='pallas' with score={score_name!r} needs a "
+            f"temperature broadcastable to {expected}, got shape {temperature.shape}"
+        )
+    return None
+
+
+def _check_blocks(blocks, additive, num_queries, num_keys) -> BlockSizes:
+    blocks = blocks or (DEFAULT_ADDITIVE_BLOCKS if additive else DEFAULT_BLOCKS)
+    for name in ("block_q", "block_k"):
+        size = getattr(blocks, name)
+        if size & (size - 1):
+            raise ValueError(
+                f"block_sizes.{name}: implementation='pallas' needs a power of two, got {size}"
+            )
+    return BlockSizes(
+        min(blocks.block_q, pl.next_power_of_2(num_queries)),
+        min(blocks.block_k, pl.next_power_of_2(num_keys)),
+    )
+
+
+def _per_head(x: Array) -> Array:
+    """A parameter of shape ``()``, ``[1]`` or ``[N]`` as ``[1, 1, N or 1, 1]``."""
+    return jnp.reshape(jnp.asarray(x, jnp.float32), (1, 1, -1, 1))
+
+
+def _fold_dot(score_name, query, key, params, temperature):
+    """``(q', k')`` with ``score(q, k) / temperature == q' · k'``."""
+    q, k = query.astype(jnp.float32), key.astype(jnp.float32)
+    if score_name == "scaled_dot":
+        q = q * _per_head(params["scale"])
+    elif score_name == "cosine":
+        q, k = _unit(q, 1e-6) * _per_head(params.get("scale", 1.0)), _unit(k, 1e-6)
+    elif score_name == "bilinear":
+        w = params["w"]
+        w = jnp.broadcast_to(w.reshape(-1, *w.shape[-2:]), (q.shape[2], *w.shape[-2:]))
+        q = jnp.einsum("btnh,nhg->btng", q, w.astype(jnp.float32))
+    if temperature is not None:
+        q = q / jnp.swapaxes(temperature, 1, 2)
+    return q.astype(query.dtype), k.astype(key.dtype)
+
+
+def _fold_additive(query, key, params, temperature, num_heads):
+    """``(q W_q + b [B, T, N, A], k W_k [B, S, N, A], v / temperature [B, N, A])``."""
+
+    def per_head(x, trailing):
+        x = jnp.asarray(x, jnp.float32)
+        x = x.reshape(-1, *x.shape[x.ndim - trailing :])
+        return jnp.broadcast_to(x, (num_heads, *x.shape[1:]))
+
+    group = num_heads // key.shape[2]
+    key = jnp.repeat(key.astype(jnp.float32), group, axis=2)
+    q = jnp.einsum("btnh,nha->btna", query.astype(jnp.float32), per_head(params["w_q"], 2))
+    if "b" in params:
+        q = q + per_head(params["b"], 1)[None, None]
+    k = jnp.einsum("bsnh,nha->bsna", key, per_head(params["w_k"], 2))
+    w = per_head(params["v"], 1)[None] / (1.0 if temperature is None else temperature[:, :, :, 0])
+    w = jnp.broadcast_to(w, (query.shape[0], num_heads, w.shape[-1]))
+    return q.astype(query.dtype), k.astype(query.dtype), w
+
+
+def _mask_inputs(spec: MaskSpec, batch, num_queries, num_keys, tq, ts):
+    """``info [B, 4]`` (offset, query length, key length, 0) and padded segment ids or None."""
+
+    def length(x, full):
+        return jnp.full((batch,), full) if x is None else jnp.minimum(x, full)
+
+    info = jnp.stack(
+        [
+            jnp.broadcast_to(spec.offset, (batch,)),
+            length(spec.q_lengths, num_queries),
+            length(spec.kv_lengths, num_keys),
+            jnp.zeros((batch,)),
+        ],
+        axis=1,
+    ).astype(jnp.int32)
+    if spec.q_segment_ids is None:
+        return info, None
+    return info, (
+        pad_axis(spec.q_segment_ids.astype(jnp.int32), 1, tq),
+        pad_axis(spec.kv_segment_ids.astype(jnp.int32), 1, ts),
+    )

@@ -1,0 +1,380 @@
+"""Pallas flash-attention kernels: forward, dK/dV and dQ, shared by every tile score.
+
+Inputs are prepared (see :mod:`attnjax.kernels.attention`): ``q [B, Tp, N, D]``,
+``k [B, Sp, K, D]``, ``v [B, Sp, K, Hv]`` padded to whole blocks, an optional per-head score
+vector ``w [B, N, A]``, ``info [B, 4]`` = (causal offset, query length, key length, 0: four
+columns as Triton blocks are powers of two) and optional segment ids. One program handles one
+(batch, head, block); its loop over the other axis skips blocks that the causal/window rules or
+the lengths mask entirely.
+
+A tile score gives a tile's logits and their gradients: :class:`Dot` (``q · k``, for
+dot/scaled_dot/cosine/bilinear once folded into ``q`` and ``k``) and :class:`Additive`
+(``w · act(q[:, None] + k[None])``, forming ``[bq, bk, A]`` only on chip).
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jaxtyping import Array, Float, Int
+
+from attnjax.masks import MaskSpec
+from attnjax.tiling import (
+    BlockSizes,
+    key_block_range,
+    online_finish,
+    online_init,
+    online_step,
+    query_block_range,
+    recomputed_probs,
+)
+
+
+def _dot(a: Array, b: Array, contract: tuple[int, int]) -> Array:
+    """A float32 matmul at full precision (Triton would use TF32 for float32 otherwise)."""
+    return jax.lax.dot_general(
+        a,
+        b,
+        ((contract[:1], contract[1:]), ((), ())),
+        precision=jax.lax.Precision.HIGHEST,
+        preferred_element_type=jnp.float32,
+    )
+
+
+class Dot:
+    """``logits = q kᵀ``."""
+
+    @staticmethod
+    def logits(q, k, w):
+        del w
+        return _dot(q, k, (1, 1))
+
+    @staticmethod
+    def grad_q(ds, q, k, w):
+        del q, w
+        return _dot(ds, k.astype(jnp.float32), (1, 0))
+
+    @staticmethod
+    def grad_k_w(ds, q, k, w):
+        del k, w
+        return _dot(ds, q.astype(jnp.float32), (0, 0)), None
+
+
+@dataclasses.dataclass(frozen=True)
+class Additive:
+    """``logits[t, s] = Σ_a w[a] · act(q[t, a] + k[s, a])`` with ``act`` tanh or relu."""
+
+    activation: str = "tanh"
+
+    def _hidden(self, q, k):
+        pre = q.astype(jnp.float32)[:, None, :] + k.astype(jnp.float32)[None, :, :]
+        if self.activation == "tanh":
+            h = jnp.tanh(pre)
+            return h, 1.0 - h * h
+        return jnp.maximum(pre, 0.0), (pre > 0).astype(jnp.float32)
+
+    def logits(self, q, k, w):
+        h, _ = self._hidden(q, k)
+        return jnp.sum(h * w.astype(jnp.float32)[None, None, :], axis=-1)
+
+    def _grad_pre(self, ds, q, k, w):
+        h, slope = self._hidden(q, k)
+        return h, ds[:, :, None] * w.astype(jnp.float32)[None, None, :] * slope
+
+    def grad_q(self, ds, q, k, w):
+        return jnp.sum(self._grad_pre(ds, q, k, w)[1], axis=1)
+
+    def grad_k_w(self, ds, q, k, w):
+        h, d_pre = self._grad_pre(ds, q, k, w)
+        return jnp.sum(d_pre, axis=0), jnp.sum(ds[:, :, None] * h, axis=(0, 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Static settings of one kernel call."""
+
+    tile_score: Dot | Additive
+    blocks: BlockSizes
+    is_causal: bool
+    window: tuple[int, int] | None
+    segments: bool
+    interpret: bool
+
+
+def _mask(config, info, q_idx, k_idx, q_seg, k_seg):
+    """The tile's mask ``[bq, bk]`` from the shared rules, lengths and segment ids."""
+    spec = dataclasses.replace(_spec(config, info), q_lengths=info[1:2], kv_lengths=info[2:3])
+    mask = spec.block(q_idx, k_idx)[0, 0]
+    if config.segments:
+        mask = mask & (q_seg[:, None] == k_seg[None, :])
+    return mask
+
+
+def _spec(config, info):
+    """The causal/window rules (they bound the blocks a program visits)."""
+    return MaskSpec(is_causal=config.is_causal, window=config.window, offset=info[0])
+
+
+def _refs(config, refs, count):
+    """Split a kernel's refs: (the ``count`` fixed inputs, w, q_seg, k_seg, the outputs).
+
+    The optional inputs are ``None`` when absent.
+    """
+    refs = list(refs)
+    head = refs[:count]
+    rest = refs[count:]
+    w = rest.pop(0) if isinstance(config.tile_score, Additive) else None
+    segs = (rest.pop(0), rest.pop(0)) if config.segments else (None, None)
+    return head, w, *segs, rest
+
+
+def _forward_kernel(config, *refs):
+    (q_ref, k_ref, v_ref, info_ref), w_ref, qs_ref, ks_ref, (o_ref, lse_ref) = _refs(
+        config, refs, 4
+    )
+    bq, bk = config.blocks.block_q, config.blocks.block_k
+    q_start = pl.program_id(2) * bq
+    info = info_ref[...]
+    q, w = q_ref[...], None if w_ref is None else w_ref[...]
+    q_idx = q_start + jnp.arange(bq)
+    q_seg = None if qs_ref is None else qs_ref[...]
+
+    def body(j, carry):
+        keys = pl.ds(j * bk, bk)
+        k_seg = None if ks_ref is None else ks_ref[keys]
+        s = config.tile_score.logits(q, k_ref[keys, :], w)
+        mask = _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
+        return online_step(
+            carry, s, mask, lambda p: _dot(p, v_ref[keys, :].astype(jnp.float32), (1, 0))
+        )
+
+    lo, hi = key_block_range(_spec(config, info), q_start, bq, bk, k_ref.shape[0] // bk)
+    hi = jnp.minimum(hi, pl.cdiv(info[2], bk))
+    carry = jax.lax.fori_loop(lo, hi, body, online_init((bq,), v_ref.shape[-1]))
+    out, lse = online_finish(carry)
+    o_ref[...] = out.astype(o_ref.dtype)
+    lse_ref[...] = lse
+
+
+def _dkv_kernel(config, *refs):
+    (q_ref, k_ref, v_ref, info_ref, do_ref, lse_ref, delta_ref), w_ref, qs_ref, ks_ref, outs = (
+        _refs(config, refs, 7)
+    )
+    dk_ref, dv_ref, *dw_ref = outs
+    bq, bk = config.blocks.block_q, config.blocks.block_k
+    k_start = pl.program_id(2) * bk
+    info = info_ref[...]
+    k, v, w = k_ref[...], v_ref[...], None if w_ref is None else w_ref[...]
+    k_idx = k_start + jnp.arange(bk)
+    k_seg = None if ks_ref is None else ks_ref[...]
+
+    def body(i, carry):
+        dk, dv, dw = carry
+        rows = pl.ds(i * bq, bq)
+        q, do = q_ref[rows, :], do_ref[rows, :].astype(jnp.float32)
+        q_seg = None if qs_ref is None else qs_ref[rows]
+        mask = _mask(config, info, i * bq + jnp.arange(bq), k_idx, q_seg, k_seg)
+        p = recomputed_probs(config.tile_score.logits(q, k, w), lse_ref[rows], mask)
+        dv = dv + _dot(p, do, (0, 0))
+        ds = p * (_dot(do, v.astype(jnp.float32), (1, 1)) - delta_ref[rows][:, None])
+        dk_t, dw_t = config.tile_score.grad_k_w(ds, q, k, w)
+        return dk + dk_t, dv, None if dw is None else dw + dw_t
+
+    lo, hi = query_block_range(_spec(config, info), k_start, bq, bk, q_ref.shape[0] // bq)
+    hi = jnp.minimum(hi, pl.cdiv(info[1], bq))
+    dw = None if w_ref is None else jnp.zeros(w.shape, jnp.float32)
+    init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32), dw)
+    dk, dv, dw = jax.lax.fori_loop(lo, hi, body, init)
+    dk_ref[...] = dk
+    dv_ref[...] = dv
+    if dw_ref:
+        dw_ref[0][...] = dw
+
+
+def _dq_kernel(config, *refs):
+    (
+        (q_ref, k_ref, v_ref, info_ref, do_ref, lse_ref, delta_ref),
+        w_ref,
+        qs_ref,
+        ks_ref,
+        (dq_ref,),
+    ) = _refs(config, refs, 7)
+    bq, bk = config.blocks.block_q, config.blocks.block_k
+    q_start = pl.program_id(2) * bq
+    info = info_ref[...]
+    q, w = q_ref[...], None if w_ref is None else w_ref[...]
+    do, lse, delta = do_ref[...].astype(jnp.float32), lse_ref[...], delta_ref[...]
+    q_idx = q_start + jnp.arange(bq)
+    q_seg = None if qs_ref is None else qs_ref[...]
+
+    def body(j, dq):
+        keys = pl.ds(j * bk, bk)
+        k = k_ref[keys, :]
+        k_seg = None if ks_ref is None else ks_ref[keys]
+        mask = _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
+        p = recomputed_probs(config.tile_score.logits(q, k, w), lse, mask)
+        ds = p * (_dot(do, v_ref[keys, :].astype(jnp.float32), (1, 1)) - delta[:, None])
+        return dq + config.tile_score.grad_q(ds, q, k, w)
+
+    lo, hi = key_block_range(_spec(config, info), q_start, bq, bk, k_ref.shape[0] // bk)
+    hi = jnp.minimum(hi, pl.cdiv(info[2], bk))
+    dq_ref[...] = jax.lax.fori_loop(lo, hi, body, jnp.zeros(q.shape, jnp.float32))
+
+
+def _specs(config, shapes, program_axis):
+    """BlockSpecs of q, k, v, info (+ do, lse, delta) (+ w) (+ segment ids) for a grid
+    ``(B, N, blocks)`` that tiles the query (``program_axis="q"``) or key axis."""
+    (_, tq, num_heads, d), (_, ts, num_kv, _), hv = shapes
+    group = num_heads // num_kv
+    bq = config.blocks.block_q if program_axis == "q" else tq
+    bk = config.blocks.block_k if program_axis == "k" else ts
+    q_at = (lambda b, n, i: (b, i, n, 0)) if program_axis == "q" else (lambda b, n, i: (b, 0, n, 0))
+    k_at = (
+        (lambda b, n, i: (b, i, n // group, 0))
+        if program_axis == "k"
+        else (lambda b, n, i: (b, 0, n // group, 0))
+    )
+    row_at = (lambda b, n, i: (b, n, i)) if program_axis == "q" else (lambda b, n, i: (b, n, 0))
+    return {
+        "q": pl.BlockSpec((None, bq, None, d), q_at),
+        "k": pl.BlockSpec((None, bk, None, d), k_at),
+        "v": pl.BlockSpec((None, bk, None, hv), k_at),
+        "do": pl.BlockSpec((None, bq, None, hv), q_at),
+        "row": pl.BlockSpec((None, None, bq), row_at),
+        "info": pl.BlockSpec((None, 4), lambda b, n, i: (b, 0)),
+        "q_seg": pl.BlockSpec((None, bq), lambda b, n, i: (b, i if program_axis == "q" else 0)),
+        "k_seg": pl.BlockSpec((None, bk), lambda b, n, i: (b, i if program_axis == "k" else 0)),
+    }
+
+
+def _extras(config, specs, w, segments):
+    """The optional inputs (score vector, segment ids) and their specs."""
+    arrays, in_specs = [], []
+    if w is not None:
+        arrays.append(w)
+        in_specs.append(pl.BlockSpec((None, None, w.shape[-1]), lambda b, n, i: (b, n, 0)))
+    if config.segments:
+        arrays += list(segments)
+        in_specs += [specs["q_seg"], specs["k_seg"]]
+    return arrays, in_specs
+
+
+def _call(config, kernel, grid, in_specs, out_specs, out_shape, *args):
+    return pl.pallas_call(
+        functools.partial(kernel, config),
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        interpret=config.interpret,
+        name=f"attnjax_{kernel.__name__.strip('_')}",
+    )(*args)
+
+
+def _forward(config, q, k, v, w, info, segments):
+    batch, tq, num_heads, _ = q.shape
+    hv = v.shape[-1]
+    specs = _specs(config, (q.shape, k.shape, hv), "q")
+    extras, extra_specs = _extras(config, specs, w, segments)
+    return _call(
+        config,
+        _forward_kernel,
+        (batch, num_heads, tq // config.blocks.block_q),
+        [specs["q"], specs["k"], specs["v"], specs["info"], *extra_specs],
+        [specs["do"], specs["row"]],
+        [
+            jax.ShapeDtypeStruct((batch, tq, num_heads, hv), v.dtype),
+            jax.ShapeDtypeStruct((batch, num_heads, tq), jnp.float32),
+        ],
+        q,
+        k,
+        v,
+        info,
+        *extras,
+    )
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def flash(
+    config: Config,
+    q: Float[Array, "B Tp N D"],
+    k: Float[Array, "B Sp K D"],
+    v: Float[Array, "B Sp K Hv"],
+    w: Float[Array, "B N A"] | None,
+    info: Int[Array, "B 4"],
+    segments: tuple[Int[Array, "B Tp"], Int[Array, "B Sp"]] | None,
+) -> tuple[Float[Array, "B Tp N Hv"], Float[Array, "B N Tp"]]:
+    """``(output, lse)`` of the prepared inputs, differentiable in ``q``, ``k``, ``v``, ``w``."""
+    return _forward(config, q, k, v, w, info, segments)
+
+
+def _flash_fwd(config, q, k, v, w, info, segments):
+    out, lse = _forward(config, q, k, v, w, info, segments)
+    return (out, lse), (q, k, v, w, info, segments, out, lse)
+
+
+def _flash_bwd(config, residuals, cotangents):
+    q, k, v, w, info, segments, out, lse = residuals
+    d_out, d_lse = cotangents
+    batch, tq, num_heads, d = q.shape
+    ts, num_kv, hv = k.shape[1], k.shape[2], v.shape[-1]
+    bq, bk = config.blocks.block_q, config.blocks.block_k
+    delta = jnp.einsum("btnh,btnh->bnt", d_out.astype(jnp.float32), out.astype(jnp.float32))
+    delta = delta - d_lse
+    args = (q, k, v, info, d_out, lse, delta)
+
+    specs = _specs(config, (q.shape, k.shape, hv), "k")
+    extras, extra_specs = _extras(config, specs, w, segments)
+    in_specs = [specs[n] for n in ("q", "k", "v", "info", "do", "row", "row")] + extra_specs
+    per_head = lambda b, n, i: (b, i, n, 0)  # noqa: E731
+    out_specs = [
+        pl.BlockSpec((None, bk, None, d), per_head),
+        pl.BlockSpec((None, bk, None, hv), per_head),
+    ]
+    out_shape = [
+        jax.ShapeDtypeStruct((batch, ts, num_heads, d), jnp.float32),
+        jax.ShapeDtypeStruct((batch, ts, num_heads, hv), jnp.float32),
+    ]
+    if w is not None:
+        a_dim = w.shape[-1]
+        out_specs.append(pl.BlockSpec((None, None, None, a_dim), lambda b, n, i: (b, n, i, 0)))
+        out_shape.append(jax.ShapeDtypeStruct((batch, num_heads, ts // bk, a_dim), jnp.float32))
+    dk, dv, *dw = _call(
+        config,
+        _dkv_kernel,
+        (batch, num_heads, ts // bk),
+        in_specs,
+        out_specs,
+        out_shape,
+        *args,
+        *extras,
+    )
+    group_sum = lambda x: x.reshape(batch, ts, num_kv, -1, x.shape[-1]).sum(axis=3)  # noqa: E731
+
+    specs = _specs(config, (q.shape, k.shape, hv), "q")
+    _, extra_specs = _extras(config, specs, w, segments)
+    in_specs = [specs[n] for n in ("q", "k", "v", "info", "do", "row", "row")] + extra_specs
+    dq = _call(
+        config,
+        _dq_kernel,
+        (batch, num_heads, tq // bq),
+        in_specs,
+        specs["q"],
+        jax.ShapeDtypeStruct(q.shape, jnp.float32),
+        *args,
+        *extras,
+    )
+    dw = None if w is None else dw[0].sum(axis=2).astype(w.dtype)
+    return (
+        dq.astype(q.dtype),
+        group_sum(dk).astype(k.dtype),
+        group_sum(dv).astype(v.dtype),
+        dw,
+        None,
+        None,
+    )
+
+
+flash.defvjp(_flash_fwd, _flash_bwd)

@@ -1,0 +1,168 @@
+"""Helpers shared by the tiled implementations: block sizes, padding, slicing per tile.
+
+Block-broadcast arrays (``bias``, ``temperature``, a dense ``mask``) are 4-D and broadcastable
+to ``[B, N, T, S]``: a query or key axis of size 1 is shared by every tile, any other is
+sliced per tile.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Int
+
+from attnjax.masks import MaskSpec
+from attnjax.softmax import MASK_VALUE
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile sizes: ``block_q`` queries by ``block_k`` keys (clamped to the sequence lengths)."""
+
+    block_q: int
+    block_k: int
+
+    def __post_init__(self):
+        for name in ("block_q", "block_k"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"block_sizes.{name}: expected an int >= 1, got {value!r}")
+
+    def clamp(self, num_queries: int, num_keys: int) -> "BlockSizes":
+        """Blocks no larger than the sequences they tile."""
+        return BlockSizes(min(self.block_q, num_queries), min(self.block_k, num_keys))
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def pad_axis(x: Array, axis: int, size: int, value: float | bool = 0) -> Array:
+    """Pad ``x`` along ``axis`` at the end up to ``size`` (no-op when already that long)."""
+    extra = size - x.shape[axis]
+    if extra == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def as_4d(x: ArrayLike | None) -> Array | None:
+    """Prefix size-1 axes up to rank 4 (``x`` already broadcasts to ``[B, N, T, S]``)."""
+    if x is None:
+        return None
+    x = jnp.asarray(x)
+    return x.reshape((1,) * (4 - x.ndim) + x.shape)
+
+
+def pad_tiles(x: Array | None, num_queries: int, num_keys: int, value=0) -> Array | None:
+    """Pad the non-broadcast query/key axes of a 4-D block-broadcast array."""
+    if x is None:
+        return None
+    if x.shape[2] != 1:
+        x = pad_axis(x, 2, num_queries, value)
+    if x.shape[3] != 1:
+        x = pad_axis(x, 3, num_keys, value)
+    return x
+
+
+def _starts(x: Array, q_start: Int[ArrayLike, ""], k_start: Int[ArrayLike, ""]) -> tuple:
+    return (0, 0, q_start if x.shape[2] != 1 else 0, k_start if x.shape[3] != 1 else 0)
+
+
+def _sizes(x: Array, block_q: int, block_k: int) -> tuple[int, ...]:
+    return (*x.shape[:2], min(x.shape[2], block_q), min(x.shape[3], block_k))
+
+
+def tile(x: Array | None, q_start, k_start, block_q: int, block_k: int) -> Array | None:
+    """The tile of a block-broadcast array at ``(q_start, k_start)``."""
+    if x is None:
+        return None
+    return jax.lax.dynamic_slice(x, _starts(x, q_start, k_start), _sizes(x, block_q, block_k))
+
+
+def tile_add(x: Array | None, q_start, k_start, update: Array | None) -> Array | None:
+    """``x`` with ``update`` (a tile as given by :func:`tile`) added at ``(q_start, k_start)``."""
+    if x is None:
+        return None
+    starts = _starts(x, q_start, k_start)
+    old = jax.lax.dynamic_slice(x, starts, update.shape)
+    return jax.lax.dynamic_update_slice(x, old + update, starts)
+
+
+def _diff_bounds(spec: MaskSpec) -> tuple[int | None, int | None]:
+    """Bounds on ``s - (t + offset)`` for a visible key, from the causal and window rules."""
+    low, high = None, None
+    if spec.window is not None:
+        low, high = -spec.window[0], spec.window[1]
+    if spec.is_causal:
+        high = 0 if high is None else min(high, 0)
+    return low, high
+
+
+def _block_range(first, last, block: int, num_blocks: int):
+    lo = 0 if first is None else jnp.clip(jnp.floor_divide(first, block), 0, num_blocks)
+    hi = num_blocks if last is None else jnp.clip(jnp.floor_divide(last, block) + 1, 0, num_blocks)
+    return lo, hi
+
+
+def key_block_range(spec: MaskSpec, q_start, block_q: int, block_k: int, num_k_blocks: int):
+    """``[lo, hi)``: the key blocks that queries ``q_start ... q_start + block_q - 1`` may see.
+
+    Blocks outside it are fully masked by the causal/window rules and can be skipped.
+    """
+    low, high = _diff_bounds(spec)
+    first = None if low is None else q_start + spec.offset + low
+    last = None if high is None else q_start + block_q - 1 + spec.offset + high
+    return _block_range(first, last, block_k, num_k_blocks)
+
+
+def query_block_range(spec: MaskSpec, k_start, block_q: int, block_k: int, num_q_blocks: int):
+    """``[lo, hi)``: the query blocks that may see keys ``k_start ... k_start + block_k - 1``."""
+    low, high = _diff_bounds(spec)
+    first = None if high is None else k_start - spec.offset - high
+    last = None if low is None else k_start + block_k - 1 - spec.offset - low
+    return _block_range(first, last, block_q, num_q_blocks)
+
+
+def online_init(rows: tuple[int, ...], value_dim: int) -> tuple[Array, Array, Array]:
+    """The online softmax's start: running max, running sum, accumulator ``[*rows, Hv]``."""
+    return (
+        jnp.full(rows, MASK_VALUE, jnp.float32),
+        jnp.zeros(rows, jnp.float32),
+        jnp.zeros((*rows, value_dim), jnp.float32),
+    )
+
+
+def online_step(carry, logits: Array, mask: Array | None, weighted_sum: Callable):
+    """Fold one tile of float32 ``logits [..., Tb, Sb]`` into the running softmax.
+
+    ``weighted_sum(p [..., Tb, Sb]) -> [..., Tb, Hv]`` multiplies the tile's unnormalized
+    probabilities with its values. Masked entries get probability exactly 0, also while
+    every key seen so far was masked.
+    """
+    m_prev, total, acc = carry
+    if mask is not None:
+        logits = jnp.where(mask, logits, MASK_VALUE)
+    m_new = jnp.maximum(m_prev, jnp.max(logits, axis=-1))
+    p = jnp.exp(logits - m_new[..., None])
+    if mask is not None:
+        p = jnp.where(mask, p, 0.0)
+    alpha = jnp.exp(m_prev - m_new)
+    return m_new, alpha * total + jnp.sum(p, axis=-1), alpha[..., None] * acc + weighted_sum(p)
+
+
+def online_finish(carry) -> tuple[Array, Array]:
+    """``(output [..., Hv], lse [...])``; a row that saw no valid key gives 0 and ``-inf``."""
+    m, total, acc = carry
+    nonempty = total > 0
+    safe_total = jnp.where(nonempty, total, 1.0)
+    out = jnp.where(nonempty[..., None], acc / safe_total[..., None], 0.0)
+    return out, jnp.where(nonempty, m + jnp.log(safe_total), -jnp.inf)
+
+
+def recomputed_probs(logits: Array, lse: Array, mask: Array | None) -> Array:
+    """The softmax of a tile from its logits and the rows' log-sum-exp (``-inf``: empty row)."""
+    p = jnp.exp(logits - jnp.where(jnp.isfinite(lse), lse, 0.0)[..., None])
+    return p if mask is None else jnp.where(mask, p, 0.0)
