@@ -5,19 +5,27 @@ import re
 
 from attnjax import cli
 
-README = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+ROOT = pathlib.Path(__file__).parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 def test_readme_python_examples_run():
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert blocks
-    for block in blocks:
+    expected = [("out", (2, 128, 8, 64)), ("logits", (8, 16, 10))]
+    assert len(blocks) == len(expected)
+    for block, (name, shape) in zip(blocks, expected, strict=True):
         namespace = {}
         exec(block, namespace)
-        assert namespace["out"].shape == (2, 128, 8, 64)
+        assert namespace[name].shape == shape
 
 
-def test_main_job_command_is_documented_and_runs(capsys):
+def test_readme_commands_name_existing_files():
+    for command in re.findall(r"^attnjax (?:run|sweep) (\S+)", README, re.M):
+        assert (ROOT / command).is_file(), command
+    assert "attnjax sweep experiments/xor_relation.py" in README
+
+
+def test_demo_command_is_documented_and_runs(capsys):
     assert "attnjax demo" in README
     cli.main(["demo"])
     printed = capsys.readouterr().out
