@@ -1,15 +1,16 @@
-"""Tables, intervals, plots and verdict text for run folders and sweeps."""
+"""Tables, intervals, plots and verdict text for run folders and sweeps.
+
+Plots use ``matplotlib.figure.Figure`` directly: no pyplot state, safe in threads, and the
+user's backend is left alone.
+"""
 
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 # Two-sided 95% quantiles of Student's t for 1..10 degrees of freedom; 1.96 beyond 30.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
@@ -50,7 +51,8 @@ def run_report(config: Any, results: Sequence[dict[str, Any]]) -> str:
 def plot_curves(metrics: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     """Training loss and test metrics against step, one line per run."""
     names = ["loss", *sorted({m["metric"] for m in metrics if m["split"] == "test"} - {"loss"})]
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
+    fig = Figure(figsize=(4.2 * len(names), 3.4))
+    axes = fig.subplots(1, len(names), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         split = "train" if name == "loss" else "test"
         runs = sorted({(m["seed"], m["learning_rate"]) for m in metrics})
@@ -68,4 +70,3 @@ def plot_curves(metrics: Sequence[dict[str, Any]], path: Path, title: str) -> No
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)

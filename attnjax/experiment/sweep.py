@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, with_overrides
@@ -155,7 +155,8 @@ def sweep_report(
 def plot_summary(summary: Summary, experiment: Experiment, path: Path) -> None:
     """One bar per point: mean metric with its 95% interval and the seeds as dots."""
     names = list(summary)
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(names) + 1.2))
+    fig = Figure(figsize=(7, 0.35 * len(names) + 1.2))
+    ax = fig.subplots()
     means = [summary[n].mean for n in names]
     errors = [0.0 if math.isnan(summary[n].half_width) else summary[n].half_width for n in names]
     ax.barh(range(len(names)), means, xerr=errors, color="#8fb3d9", capsize=3)
@@ -168,4 +169,3 @@ def plot_summary(summary: Summary, experiment: Experiment, path: Path) -> None:
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
