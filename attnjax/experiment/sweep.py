@@ -162,6 +162,10 @@ def plot_summary(summary: Summary, experiment: Experiment, path: Path) -> None:
     ax.barh(range(len(names)), means, xerr=errors, color="#8fb3d9", capsize=3)
     for i, n in enumerate(names):
         ax.plot(summary[n].values, [i] * len(summary[n].values), "k.", ms=3)
+    if experiment.metric == "accuracy":
+        chance = experiment.base.task.spec.chance_accuracy
+        ax.axvline(chance, color="grey", ls="--", lw=1, label=f"chance {chance:.3g}")
+        ax.legend(fontsize=7, loc="lower right")
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"test {experiment.metric} (mean ± 95% interval; dots: seeds)")
