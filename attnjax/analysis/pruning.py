@@ -36,6 +36,8 @@ def set_gates(model: nnx.Module, gates: Float[Array, " heads"]) -> None:
 def gradient_importance(model: nnx.Module, batch: dict, loss_fn: LossFn) -> Float[Array, " heads"]:
     """Michel et al. (2019): ``I_h = E_x |∂L(x)/∂ξ_h|``, the mean over examples of the absolute
     per-example gradient of the loss with respect to head ``h``'s gate ``ξ_h``."""
+    model = nnx.clone(model)
+    nnx.pop(model, nnx.Intermediate)  # values sown by earlier calls would leak into the trace
     graphdef, gates, rest = nnx.split(model, HeadGate, ...)
 
     def example_loss(gates, example):

@@ -18,6 +18,7 @@ from flax import nnx
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, from_dict
 from attnjax.experiment.trainer import EVAL_SPLITS, Runs, Trainer, collect, get_trainer
+from attnjax.nn import MultiHeadAttention
 
 
 def train_and_evaluate(
@@ -114,5 +115,8 @@ def load_run(
     checkpoints = storage.Checkpoints(workdir / "checkpoints")
     params, rest, _ = checkpoints.restore(template)
     checkpoints.close()
-    one = jax.tree.map(lambda x: x[run], (params, rest))
-    return config, nnx.merge(trainer.graphdef, *one), storage.read_jsonl(workdir / "metrics.jsonl")
+    model = nnx.merge(trainer.graphdef, *jax.tree.map(lambda x: x[run], (params, rest)))
+    for _, module in nnx.iter_modules(model):
+        if isinstance(module, MultiHeadAttention):
+            module.sow_weights = False  # the trainer's recording switch, not the model's
+    return config, model, storage.read_jsonl(workdir / "metrics.jsonl")
