@@ -8,31 +8,19 @@ derived from the task's spec, so a config never states them twice.
 
 import ast
 import dataclasses
-import types
 from collections.abc import Mapping
 from typing import Any, get_type_hints
 
 from attnjax import tasks
 from attnjax.nn import ModelConfig
+from attnjax.nn.config import check_type
 
 
 def check_types(instance: Any) -> None:
-    """``TypeError`` naming the field unless each field matches its annotation (ints pass as
-    floats; bools never pass as numbers)."""
+    """``TypeError`` naming the field unless each field matches its annotation."""
     for name, tp in get_type_hints(type(instance)).items():
-        if tp is Any:
-            continue
-        value = getattr(instance, name)
-        allowed = tp.__args__ if isinstance(tp, types.UnionType) else (tp,)
-        allowed = tuple(a for a in allowed if isinstance(a, type))
-        if float in allowed and not isinstance(value, bool):
-            allowed = (*allowed, int)
-        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
-            names = " | ".join(a.__name__ for a in allowed)
-            raise TypeError(
-                f"{type(instance).__name__}.{name}: expected {names}, got {value!r} "
-                f"({type(value).__name__})"
-            )
+        if tp is not Any:
+            check_type(f"{type(instance).__name__}.{name}", getattr(instance, name), tp)
 
 
 def _require(ok: bool, owner: Any, name: str, expected: str) -> None:

@@ -73,7 +73,7 @@ class ModelConfig:
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
-            _check_type(field.name, getattr(self, field.name), field.type)
+            check_type(field.name, getattr(self, field.name), field.type)
         _one_of("kind", self.kind, sorted(MODELS))
         _one_of("score", self.score, sorted(SCORE_MODULES))
         _one_of("positional", self.positional, POSITIONAL)
@@ -135,7 +135,9 @@ def build(config: ModelConfig | Mapping[str, Any], rngs: nnx.Rngs) -> nnx.Module
     return MODELS[config.kind](config, rngs=rngs)
 
 
-def _check_type(name: str, value: Any, tp: Any) -> None:
+def check_type(name: str, value: Any, tp: Any) -> None:
+    """``TypeError`` naming ``name`` unless ``value`` is an instance of the annotation ``tp``
+    (a type or a ``|`` union); ints pass as floats, bools never pass as numbers."""
     allowed = tp.__args__ if isinstance(tp, types.UnionType) else (tp,)
     allowed = tuple(type(None) if a is None else a for a in allowed)
     ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
