@@ -33,7 +33,7 @@ def test_sweep_end_to_end_picks_best_learning_rate_and_writes_verdict(smoke_conf
         verdict=rule,
         learning_rates=(1e-3, 1e-2),
     )
-    summary, verdict, reason = sweep(experiment, tmp_path, num_seeds=2)
+    summary, verdict, _ = sweep(experiment, tmp_path, num_seeds=2)
     assert verdict == "inconclusive" and set(summary) == {"heads=1", "heads=2"}
     rows = read_csv(tmp_path / "results.csv")
     assert len(rows) == 4 and {r["point"] for r in rows} == set(summary)
