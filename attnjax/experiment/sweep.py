@@ -36,6 +36,16 @@ class Stats(NamedTuple):
     learning_rate: float
     params: int
 
+    @property
+    def lower(self) -> float:
+        """Lower end of the 95% interval (the mean for a single seed)."""
+        return self.mean - (0.0 if math.isnan(self.half_width) else self.half_width)
+
+    @property
+    def upper(self) -> float:
+        """Upper end of the 95% interval (the mean for a single seed)."""
+        return self.mean + (0.0 if math.isnan(self.half_width) else self.half_width)
+
 
 Summary = dict[str, Stats]  # point label -> stats
 

@@ -27,7 +27,10 @@ class Rnn(nnx.Module):
         self.embed = InputEmbedding(config, rngs=rngs)
         self.layers = nnx.List(
             [
-                nnx.RNN(cell(w, w, recurrent_kernel_init=_orthogonal, **config.dtypes(), rngs=rngs))
+                nnx.RNN(
+                    cell(w, w, recurrent_kernel_init=_orthogonal, **config.dtypes(), rngs=rngs),
+                    rngs=False,
+                )
                 for _ in range(config.layers)
             ]
         )
@@ -36,8 +39,15 @@ class Rnn(nnx.Module):
     def __call__(self, batch: Batch) -> Float[Array, "B T C"]:
         x = self.embed(batch["inputs"])
         for layer in self.layers:
-            x = layer(x)
+            x = layer(x, initial_carry=_zero_carry(layer.cell, x))
         return self.readout(x).astype(jnp.float32)
+
+
+def _zero_carry(cell: nnx.RNNCellBase, x: Float[Array, "B T D"]) -> Array | tuple[Array, Array]:
+    """The cell's zero carry (GRU: h; LSTM: (c, h)), built without advancing an RNG stream, so
+    the model also runs inside transformed (``vmap``-ed, ``scan``-ned) training steps."""
+    h = jnp.zeros((*x.shape[:-2], cell.hidden_features), x.dtype)
+    return (h, h) if isinstance(cell, nnx.OptimizedLSTMCell) else h
 
 
 @register("cnn")
