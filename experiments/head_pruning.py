@@ -105,7 +105,7 @@ def _plot(curves: dict, path: Path) -> None:
     ax.axhline(PLATEAU, color="gray", ls=":", lw=0.8, label=f"plateau threshold {PLATEAU}")
     ax.axhline(0.0, color="k", lw=0.8)
     ax.set_xlabel("fraction of heads pruned")
-    ax.set_ylabel("share of attention's gain kept, (bigram − loss) / (bigram − loss₀)")
+    ax.set_ylabel("kept share m = (bigram − loss) / (bigram − loss₀)")
     ax.set_title("head pruning, 2 layers × 8 heads, order-2 Markov language")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
