@@ -87,8 +87,21 @@ def run(args: argparse.Namespace) -> None:
 
 
 def sweep(args: argparse.Namespace) -> None:
-    exp = experiment.load_file(args.experiment).get_experiment(smoke=args.smoke)
-    out = args.out or Path("runs") / exp.name
+    """Run an experiment file: its ``analyze(out, smoke)`` (measurements without training)
+    and/or its ``get_experiment(smoke)`` sweep, each printing a table and a verdict."""
+    module = experiment.load_file(args.experiment)
+    if not hasattr(module, "analyze") and not hasattr(module, "get_experiment"):
+        raise SystemExit(f"{args.experiment}: defines neither analyze() nor get_experiment()")
+    out = args.out or Path("runs") / Path(args.experiment).stem
+    if hasattr(module, "analyze"):
+        out.mkdir(parents=True, exist_ok=True)
+        table, verdict, reason = module.analyze(out, args.smoke)
+        text = f"# {out.name}: analysis\n\n{table}\n\n**Verdict: {verdict}.** {reason}\n"
+        (out / "analysis.md").write_text(text)
+        print(f"\n{text}\nanalysis and plots: {out}")
+    if not hasattr(module, "get_experiment"):
+        return
+    exp = module.get_experiment(smoke=args.smoke)
     summary, verdict, reason = experiment.sweep(
         exp, out, num_seeds=args.seeds, overwrite=args.overwrite,
         workers=args.workers,
@@ -106,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     commands.add_parser("demo", help="scaling and saturation of dot-product scores; parity check")
     for name, target, help_text in [
         ("run", "config", "train one config file's get_config() into a run folder"),
-        ("sweep", "experiment", "run an experiment file's grid × seeds and its verdict"),
+        ("sweep", "experiment", "run an experiment file (analyze() and/or grid × seeds), verdicts"),
     ]:
         sub = commands.add_parser(name, help=help_text)
         sub.add_argument(target, help="a Python file (it is code: run only files you trust)")
