@@ -1,20 +1,40 @@
-"""Every experiment file's smoke sweep, end to end: configs load, points train, the verdict
-rule reads the summary. A smoke run's verdict carries no meaning."""
+"""Every training experiment file: its points' configs validate, its verdict rule reads a
+summary of every point, and one point per distinct model kind trains end to end through
+``sweep`` (the full grids run in the experiments themselves, not in the suite)."""
 
+import dataclasses
+import math
 import pathlib
 
 import pytest
 
-from attnjax.experiment import load_file, sweep
+from attnjax.experiment import Stats, label, load_file, sweep, with_overrides
 from attnjax.experiment.sweep import VERDICTS
 
-EXPERIMENTS = ["xor_bits", "min_of_keys", "impostor", "mqa_ordering", "copy", "mqar"]
+EXPERIMENTS = ["xor_relation", "xor_bits", "min_of_keys", "impostor", "mqa_ordering", "copy",
+               "mqar"]  # fmt: skip
 ROOT = pathlib.Path(__file__).parents[2]
 
 
+def _one_point_per_kind(experiment):
+    kinds = {}
+    for point in experiment.points:
+        kinds.setdefault(with_overrides(experiment.base, point).model.kind, point)
+    return tuple(kinds.values())
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
-def test_smoke_sweep_runs_end_to_end(name, tmp_path):
+def test_experiment_file_configs_verdict_and_one_trained_point(name, tmp_path):
     experiment = load_file(ROOT / "experiments" / f"{name}.py").get_experiment(smoke=True)
-    summary, verdict, reason = sweep(experiment, tmp_path, num_seeds=1)
-    assert len(summary) == len(experiment.points) and verdict in VERDICTS and reason
+    assert experiment.points and all(with_overrides(experiment.base, p) for p in experiment.points)
+    for value in (0.0, 1.0):  # the rule reads every point's stats and returns a verdict
+        fake = {label(p): Stats(value, math.nan, (value,), 1e-3, 1) for p in experiment.points}
+        verdict, reason = experiment.verdict(fake)
+        assert verdict in VERDICTS and reason
+
+    subset = dataclasses.replace(
+        experiment, points=_one_point_per_kind(experiment), verdict=lambda s: ("inconclusive", "-")
+    )
+    summary, _, _ = sweep(subset, tmp_path, num_seeds=1)
+    assert set(summary) == {label(p) for p in subset.points}
     assert (tmp_path / "report.md").exists() and (tmp_path / "summary.png").exists()
