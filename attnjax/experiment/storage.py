@@ -7,6 +7,7 @@ import csv
 import json
 import platform
 import subprocess
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,25 +81,36 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+# Orbax's finalization of concurrent saves from several threads (a sweep trains points in
+# parallel) can race on its temporary folders: saves and restores take turns.
+_ORBAX_LOCK = threading.Lock()
+
+
 class Checkpoints:
-    """The latest training state in ``directory`` (orbax), typed PRNG keys stored as key data."""
+    """The latest training state in ``directory`` (orbax, synchronous saves), typed PRNG keys
+    stored as key data."""
 
     def __init__(self, directory: Path):
-        options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=1, create=True, enable_async_checkpointing=False
+        )
         self._manager = ocp.CheckpointManager(directory.absolute(), options=options)
 
     def latest_step(self) -> int:
         return self._manager.latest_step() or 0
 
     def save(self, step: int, state: Any) -> None:
-        self._manager.save(step, args=ocp.args.StandardSave(_unwrap_keys(state)))
-        self._manager.wait_until_finished()
+        with _ORBAX_LOCK:
+            self._manager.save(step, args=ocp.args.StandardSave(_unwrap_keys(state)))
+            self._manager.wait_until_finished()
 
     def restore(self, template: Any) -> Any:
         """The latest state, with the structure, dtypes and shardings of ``template``."""
-        restored = self._manager.restore(
-            self._manager.latest_step(), args=ocp.args.StandardRestore(_unwrap_keys(template))
-        )
+        with _ORBAX_LOCK:
+            restored = self._manager.restore(
+                self._manager.latest_step(),
+                args=ocp.args.StandardRestore(_unwrap_keys(template)),
+            )
         return jax.tree.map(_rewrap_key, restored, template)
 
     def close(self) -> None:
