@@ -45,10 +45,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="steps per timed chunk")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sweep", action="store_true", help="also time the full XOR sweep")
+    parser.add_argument(
+        "--optimized", action="store_true", help="XLA backend optimization on (fast_compile off)"
+    )
     args = parser.parse_args()
 
     base = load_file(ROOT / "configs" / "xor_relation.py").get_config()
-    config = with_overrides(base, {"train.eval_every": args.steps, "train.steps": args.steps})
+    config = with_overrides(
+        base,
+        {"train.eval_every": args.steps, "train.steps": args.steps,
+         "train.fast_compile": not args.optimized},
+    )  # fmt: skip
     trainer = Trainer(config)
     compile_v, vectorized = seed_steps_per_second(
         trainer, Runs.grid(range(args.seeds), [3e-3]), args.repeats
