@@ -126,6 +126,40 @@ def query_block_range(spec: MaskSpec, k_start, block_q: int, block_k: int, num_q
     return _block_range(first, last, block_q, num_q_blocks)
 
 
+def full_key_block_range(spec: MaskSpec, q_start, block_q: int, block_k: int, lo, hi):
+    """``[full_lo, full_hi)`` within ``[lo, hi)``: key blocks that the causal/window rules leave
+    fully visible to every query ``q_start ... q_start + block_q - 1`` (no mask needed)."""
+    low, high = _diff_bounds(spec)
+    first = None if low is None else q_start + block_q - 1 + spec.offset + low
+    last = None if high is None else q_start + spec.offset + high
+    return _full_range(first, last, block_k, lo, hi)
+
+
+def full_query_block_range(spec: MaskSpec, k_start, block_q: int, block_k: int, lo, hi):
+    """``[full_lo, full_hi)`` within ``[lo, hi)``: query blocks that see every key
+    ``k_start ... k_start + block_k - 1`` under the causal/window rules."""
+    low, high = _diff_bounds(spec)
+    first = None if high is None else k_start + block_k - 1 - spec.offset - high
+    last = None if low is None else k_start - spec.offset - low
+    return _full_range(first, last, block_q, lo, hi)
+
+
+def _full_range(first, last, block: int, lo, hi):
+    """The blocks within ``[lo, hi)`` whose indices all lie in ``[first, last]``."""
+    full_lo = lo if first is None else jnp.maximum(lo, (jnp.maximum(first, 0) + block - 1) // block)
+    full_hi = hi if last is None else jnp.minimum(hi, jnp.maximum(last + 1, 0) // block)
+    full_lo = jnp.minimum(full_lo, hi)
+    return full_lo, jnp.maximum(full_hi, full_lo)
+
+
+def split_loop(lo, full_lo, full_hi, hi, body, carry):
+    """``fori_loop`` over ``[lo, hi)`` with ``body(masked)``: masked at the edges, unmasked on
+    the fully visible blocks ``[full_lo, full_hi)``."""
+    carry = jax.lax.fori_loop(lo, full_lo, body(True), carry)
+    carry = jax.lax.fori_loop(full_lo, full_hi, body(False), carry)
+    return jax.lax.fori_loop(full_hi, hi, body(True), carry)
+
+
 def online_init(rows: tuple[int, ...], value_dim: int) -> tuple[Array, Array, Array]:
     """The online softmax's start: running max, running sum, accumulator ``[*rows, Hv]``."""
     return (
@@ -163,6 +197,7 @@ def online_finish(carry) -> tuple[Array, Array]:
 
 
 def recomputed_probs(logits: Array, lse: Array, mask: Array | None) -> Array:
-    """The softmax of a tile from its logits and the rows' log-sum-exp (``-inf``: empty row)."""
-    p = jnp.exp(logits - jnp.where(jnp.isfinite(lse), lse, 0.0)[..., None])
+    """The softmax of a tile from its logits and the rows' log-sum-exp (``-inf``: an empty row,
+    whose probabilities are 0 also without a mask)."""
+    p = jnp.exp(logits - jnp.where(lse == -jnp.inf, jnp.inf, lse)[..., None])
     return p if mask is None else jnp.where(mask, p, 0.0)

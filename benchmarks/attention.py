@@ -31,19 +31,19 @@ def compile_fn(fn, args):
 
 
 def median_time(compiled, args, repeats):
-    """Median seconds of ``repeats`` runs after one warm-up."""
-    jax.block_until_ready(compiled(*args))
+    """``(median seconds of repeats runs after one warm-up, the warm-up's result)``."""
+    result = jax.block_until_ready(compiled(*args))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(np.median(times)), result
 
 
-def matmul_gflops(repeats, size=4096):
-    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
-    seconds = median_time(compile_fn(lambda x, y: x @ y, (a, a))[0], (a, a), repeats)
+def matmul_gflops(repeats, dtype, size):
+    a = jax.random.normal(jax.random.key(0), (size, size), dtype)
+    seconds, _ = median_time(compile_fn(lambda x, y: x @ y, (a, a))[0], (a, a), repeats)
     return 2 * size**3 / seconds / 1e9
 
 
@@ -54,7 +54,7 @@ def with_grad(fn):
     return jax.grad(loss, argnums=(0, 1, 2))
 
 
-def implementations(causal, additive_params):
+def implementations(causal, additive_params, pallas_blocks=()):
     """name -> (q, k, v) -> output; the first of each group is the baseline."""
     impls = {
         "jax.nn": lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal),
@@ -65,9 +65,11 @@ def implementations(causal, additive_params):
     if jax.default_backend() == "gpu":
         from jax.experimental.pallas.ops.gpu.attention import mha
 
-        impls["pallas"] = lambda q, k, v: aj.attention(
-            q, k, v, is_causal=causal, implementation="pallas"
-        )
+        for blocks in (None, *pallas_blocks):
+            name = "pallas" if blocks is None else f"pallas {blocks.block_q}x{blocks.block_k}"
+            impls[name] = lambda q, k, v, blocks=blocks: aj.attention(
+                q, k, v, is_causal=causal, implementation="pallas", block_sizes=blocks
+            )
         impls["jax pallas mha"] = lambda q, k, v: mha(
             q, k, v, None, sm_scale=q.shape[-1] ** -0.5, causal=causal
         )
@@ -75,7 +77,10 @@ def implementations(causal, additive_params):
             q, k, v, is_causal=causal, implementation="cudnn"
         )
     if additive_params is not None:
-        for name, impl in (("additive dense", "xla"), ("additive chunked", "chunked")):
+        additive_impls = [("additive dense", "xla"), ("additive chunked", "chunked")]
+        if jax.default_backend() == "gpu":
+            additive_impls.append(("additive pallas", "pallas"))
+        for name, impl in additive_impls:
             impls[name] = lambda q, k, v, impl=impl: aj.attention(
                 q, k, v, score="additive", score_params=additive_params,
                 is_causal=causal, implementation=impl,
@@ -86,15 +91,16 @@ def implementations(causal, additive_params):
 def run(args):
     batch, heads, head_dim = args.batch, args.heads, args.head_dim
     dtype = jnp.dtype(args.dtype)
-    matmul = matmul_gflops(args.repeats)
+    size = 8192 if jax.default_backend() == "gpu" else 4096
+    matmul = matmul_gflops(args.repeats, dtype, size)
     print(f"# {jax.devices()[0].device_kind} ({jax.default_backend()}), {dtype.name}, "
-          f"B={batch} N={heads} H={head_dim}; matmul 4096^3: {matmul:.0f} GFLOP/s\n")  # fmt: skip
+          f"B={batch} N={heads} H={head_dim}; matmul {size}^3: {matmul:.0f} GFLOP/s\n")  # fmt: skip
     header = (
         "| impl | T | causal | pass | compile s | time ms | GFLOP/s | % matmul | temp MiB "
-        "| speed-up | mem ratio |"
+        "| speed-up | mem ratio | max error |"
     )
     print(header)
-    print("|---" * 11 + "|")
+    print("|---" * 12 + "|")
     ks = jax.random.split(jax.random.key(0), 6)
     for length in args.lengths:
         shape = (batch, length, heads, head_dim)
@@ -113,27 +119,50 @@ def run(args):
                 timed = pass_name == "fwd" or length <= args.max_grad_length
                 factor = 1.0 if pass_name == "fwd" else 3.5
                 baseline = {}
-                impls = implementations(causal, None if causal else additive)
+                impls = implementations(causal, None if causal else additive, args.pallas_blocks)
                 for name, fn in impls.items():
+                    if args.impls and name not in args.impls:
+                        continue
                     fn = fn if pass_name == "fwd" else with_grad(fn)
                     group = "additive" if name.startswith("additive") else "dot"
-                    compiled, compile_s, temp = compile_fn(fn, (q, k, v))
+                    try:
+                        compiled, compile_s, temp = compile_fn(fn, (q, k, v))
+                    except Exception as error:  # e.g. cuDNN refusing float32
+                        print(f"| {name} | {length} | {causal} | {pass_name} | failed: "
+                              f"{str(error).splitlines()[0][:120]} |", flush=True)  # fmt: skip
+                        continue
                     fits = temp <= args.max_temp_gib * 2**30
-                    seconds = (
-                        median_time(compiled, (q, k, v), args.repeats) if timed and fits else None
-                    )
-                    baseline.setdefault(group, (seconds, temp))
-                    base_s, base_temp = baseline[group]
+                    seconds = result = None
+                    if timed and fits:
+                        seconds, result = median_time(compiled, (q, k, v), args.repeats)
+                    baseline.setdefault(group, (seconds, temp, result))
+                    base_s, base_temp, base_result = baseline[group]
                     gflops = flops * factor / seconds / 1e9 if seconds else None
+                    error = (
+                        max_rel_error(result, base_result)
+                        if result is not None and base_result is not None
+                        else None
+                    )
                     cells = [
                         name, length, causal, pass_name, f"{compile_s:.1f}",
-                        _fmt(seconds, 1e3, ".0f"), _fmt(gflops, 1, ".0f"),
+                        _fmt(seconds, 1e3, ".2f"), _fmt(gflops, 1, ".0f"),
                         _fmt(gflops and gflops / matmul, 100, ".0f"),
                         f"{temp / 2**20:.0f}",
                         _fmt(base_s and seconds and base_s / seconds, 1, ".2f", "×"),
                         _fmt(temp and base_temp / temp, 1, ".1f", "×"),
+                        _fmt(error, 1, ".1e"),
                     ]  # fmt: skip
                     print("| " + " | ".join(str(c) for c in cells) + " |", flush=True)
+
+
+def max_rel_error(actual, expected):
+    """Largest absolute difference over the largest magnitude of the baseline's result."""
+    errors = [
+        float(jnp.max(jnp.abs(a.astype(jnp.float32) - e.astype(jnp.float32))))
+        / max(1.0, float(jnp.max(jnp.abs(e.astype(jnp.float32)))))
+        for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True)
+    ]
+    return max(errors)
 
 
 def _fmt(x, scale, spec, suffix=""):
@@ -160,7 +189,12 @@ def main():
     parser.add_argument(
         "--max-temp-gib", type=float, default=12.0, help="larger temporaries: memory only"
     )
+    parser.add_argument("--impls", nargs="+", help="only these rows (names as in the table)")
+    parser.add_argument(
+        "--pallas-blocks", nargs="+", default=[], help="GPU: extra pallas rows, e.g. 128x64"
+    )
     args = parser.parse_args()
+    args.pallas_blocks = [aj.BlockSizes(*map(int, b.split("x"))) for b in args.pallas_blocks]
     args.causal = [bool(c) for c in args.causal]
     run(args)
 

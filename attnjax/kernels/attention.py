@@ -23,7 +23,9 @@ from attnjax.masks import MaskSpec
 from attnjax.scores import _unit
 from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 
-DEFAULT_BLOCKS = BlockSizes(block_q=64, block_k=64)
+# The fastest tried on an H200 (docs/performance.md): 16-bit inputs take larger tiles than
+# float32, whose full-precision matmuls need more registers.
+DEFAULT_BLOCKS = {2: BlockSizes(block_q=128, block_k=64), 4: BlockSizes(block_q=32, block_k=64)}
 # Additive tiles form [block_q, block_k, A] on chip.
 DEFAULT_ADDITIVE_BLOCKS = BlockSizes(block_q=16, block_k=32)
 SUPPORTED_SCORES = ("dot", "scaled_dot", "cosine", "bilinear", "additive", "additive_relu")
@@ -56,7 +58,7 @@ def pallas_attention(
     additive = score_name.startswith("additive")
     batch, num_queries, num_heads, _ = query.shape
     num_keys = key.shape[1]
-    blocks = _check_blocks(block_sizes, additive, num_queries, num_keys)
+    blocks = _check_blocks(block_sizes, additive, query.dtype, num_queries, num_keys)
     tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
 
     temperature = as_4d(temperature)
@@ -78,6 +80,9 @@ def pallas_attention(
         window=mask_spec.window,
         segments=segments is not None,
         interpret=jax.default_backend() != "gpu",
+        num_query_blocks=tq // blocks.block_q,
+        num_key_blocks=ts // blocks.block_k,
+        num_warps=4 if additive or q.shape[-1] <= 64 else 8,
     )
     out, lse = flash(config, q, k, v, w, info, segments)
     return out[:, :num_queries].astype(query.dtype), None, lse[:, :, :num_queries]
@@ -109,8 +114,9 @@ def unsupported(score_name: str | None, bias, mask, temperature) -> str | None:
     return None
 
 
-def _check_blocks(blocks, additive, num_queries, num_keys) -> BlockSizes:
-    blocks = blocks or (DEFAULT_ADDITIVE_BLOCKS if additive else DEFAULT_BLOCKS)
+def _check_blocks(blocks, additive, dtype, num_queries, num_keys) -> BlockSizes:
+    if blocks is None:
+        blocks = DEFAULT_ADDITIVE_BLOCKS if additive else DEFAULT_BLOCKS[min(dtype.itemsize, 4)]
     for name in ("block_q", "block_k"):
         size = getattr(blocks, name)
         if size & (size - 1):

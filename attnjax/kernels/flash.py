@@ -18,27 +18,33 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pl_triton
 from jaxtyping import Array, Float, Int
 
 from attnjax.masks import MaskSpec
 from attnjax.tiling import (
     BlockSizes,
+    full_key_block_range,
+    full_query_block_range,
     key_block_range,
     online_finish,
     online_init,
     online_step,
     query_block_range,
     recomputed_probs,
+    split_loop,
 )
 
 
 def _dot(a: Array, b: Array, contract: tuple[int, int]) -> Array:
-    """A float32 matmul at full precision (Triton would use TF32 for float32 otherwise)."""
+    """A matmul accumulating in float32. Float32 inputs run at full precision (Triton would
+    use TF32 otherwise); bfloat16/float16 inputs use the tensor cores' native precision."""
+    full = jnp.float32 in (a.dtype, b.dtype)
     return jax.lax.dot_general(
         a,
         b,
         ((contract[:1], contract[1:]), ((), ())),
-        precision=jax.lax.Precision.HIGHEST,
+        precision=jax.lax.Precision.HIGHEST if full else None,
         preferred_element_type=jnp.float32,
     )
 
@@ -54,12 +60,12 @@ class Dot:
     @staticmethod
     def grad_q(ds, q, k, w):
         del q, w
-        return _dot(ds, k.astype(jnp.float32), (1, 0))
+        return _dot(ds.astype(k.dtype), k, (1, 0))
 
     @staticmethod
     def grad_k_w(ds, q, k, w):
         del k, w
-        return _dot(ds, q.astype(jnp.float32), (0, 0)), None
+        return _dot(ds.astype(q.dtype), q, (0, 0)), None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,20 +107,35 @@ class Config:
     window: tuple[int, int] | None
     segments: bool
     interpret: bool
+    num_query_blocks: int
+    num_key_blocks: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+def _info(info_ref):
+    """``(causal offset, query length, key length)`` as scalars (Triton cannot slice values)."""
+    return info_ref[0], info_ref[1], info_ref[2]
 
 
 def _mask(config, info, q_idx, k_idx, q_seg, k_seg):
     """The tile's mask ``[bq, bk]`` from the shared rules, lengths and segment ids."""
-    spec = dataclasses.replace(_spec(config, info), q_lengths=info[1:2], kv_lengths=info[2:3])
-    mask = spec.block(q_idx, k_idx)[0, 0]
+    offset, q_len, k_len = info
+    spec = dataclasses.replace(
+        _spec(config, offset),
+        q_lengths=jnp.reshape(q_len, (1,)),
+        kv_lengths=jnp.reshape(k_len, (1,)),
+    )
+    shape = (q_idx.shape[0], k_idx.shape[0])
+    mask = jnp.broadcast_to(spec.block(q_idx, k_idx), (1, 1, *shape)).reshape(shape)
     if config.segments:
         mask = mask & (q_seg[:, None] == k_seg[None, :])
     return mask
 
 
-def _spec(config, info):
+def _spec(config, offset):
     """The causal/window rules (they bound the blocks a program visits)."""
-    return MaskSpec(is_causal=config.is_causal, window=config.window, offset=info[0])
+    return MaskSpec(is_causal=config.is_causal, window=config.window, offset=offset)
 
 
 def _refs(config, refs, count):
@@ -130,32 +151,63 @@ def _refs(config, refs, count):
     return head, w, *segs, rest
 
 
+def _key_blocks(config, info, q_start):
+    """``(lo, full_lo, full_hi, hi)``: the key blocks a query block visits; those in
+    ``[full_lo, full_hi)`` need no mask (rows past the query length are fixed separately)."""
+    bq, bk = config.blocks.block_q, config.blocks.block_k
+    spec = _spec(config, info[0])
+    lo, hi = key_block_range(spec, q_start, bq, bk, config.num_key_blocks)
+    hi = jnp.minimum(hi, pl.cdiv(info[2], bk))
+    if config.segments:
+        return lo, hi, hi, hi
+    full_lo, full_hi = full_key_block_range(spec, q_start, bq, bk, lo, hi)
+    return lo, full_lo, jnp.maximum(full_lo, jnp.minimum(full_hi, info[2] // bk)), hi
+
+
+def _query_blocks(config, info, k_start):
+    """``(lo, full_lo, full_hi, hi)``: the query blocks that see a key block, as above."""
+    bq, bk = config.blocks.block_q, config.blocks.block_k
+    spec = _spec(config, info[0])
+    lo, hi = query_block_range(spec, k_start, bq, bk, config.num_query_blocks)
+    hi = jnp.minimum(hi, pl.cdiv(info[1], bq))
+    if config.segments:
+        return lo, hi, hi, hi
+    full_lo, full_hi = full_query_block_range(spec, k_start, bq, bk, lo, hi)
+    partial = k_start + bk > info[2]  # keys past the key length: mask every tile
+    return lo, jnp.where(partial, hi, full_lo), jnp.where(partial, hi, full_hi), hi
+
+
 def _forward_kernel(config, *refs):
     (q_ref, k_ref, v_ref, info_ref), w_ref, qs_ref, ks_ref, (o_ref, lse_ref) = _refs(
         config, refs, 4
     )
     bq, bk = config.blocks.block_q, config.blocks.block_k
     q_start = pl.program_id(2) * bq
-    info = info_ref[...]
+    info = _info(info_ref)
     q, w = q_ref[...], None if w_ref is None else w_ref[...]
     q_idx = q_start + jnp.arange(bq)
     q_seg = None if qs_ref is None else qs_ref[...]
 
-    def body(j, carry):
-        keys = pl.ds(j * bk, bk)
-        k_seg = None if ks_ref is None else ks_ref[keys]
-        s = config.tile_score.logits(q, k_ref[keys, :], w)
-        mask = _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
-        return online_step(
-            carry, s, mask, lambda p: _dot(p, v_ref[keys, :].astype(jnp.float32), (1, 0))
-        )
+    def body(masked):
+        def step(j, carry):
+            keys = pl.ds(j * bk, bk)
+            k_seg = None if ks_ref is None else ks_ref[keys]
+            s = config.tile_score.logits(q, k_ref[keys, :], w)
+            mask = _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
+            return online_step(
+                carry,
+                s,
+                mask if masked else None,
+                lambda p: _dot(p.astype(v_ref.dtype), v_ref[keys, :], (1, 0)),
+            )
 
-    lo, hi = key_block_range(_spec(config, info), q_start, bq, bk, k_ref.shape[0] // bk)
-    hi = jnp.minimum(hi, pl.cdiv(info[2], bk))
-    carry = jax.lax.fori_loop(lo, hi, body, online_init((bq,), v_ref.shape[-1]))
-    out, lse = online_finish(carry)
-    o_ref[...] = out.astype(o_ref.dtype)
-    lse_ref[...] = lse
+        return step
+
+    init = online_init((bq,), v_ref.shape[-1])
+    out, lse = online_finish(split_loop(*_key_blocks(config, info, q_start), body, init))
+    valid = q_idx < info[1]  # unmasked tiles also fill rows past the query length
+    o_ref[...] = jnp.where(valid[:, None], out, 0.0).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(valid, lse, -jnp.inf)
 
 
 def _dkv_kernel(config, *refs):
@@ -165,28 +217,30 @@ def _dkv_kernel(config, *refs):
     dk_ref, dv_ref, *dw_ref = outs
     bq, bk = config.blocks.block_q, config.blocks.block_k
     k_start = pl.program_id(2) * bk
-    info = info_ref[...]
+    info = _info(info_ref)
     k, v, w = k_ref[...], v_ref[...], None if w_ref is None else w_ref[...]
     k_idx = k_start + jnp.arange(bk)
     k_seg = None if ks_ref is None else ks_ref[...]
 
-    def body(i, carry):
-        dk, dv, dw = carry
-        rows = pl.ds(i * bq, bq)
-        q, do = q_ref[rows, :], do_ref[rows, :].astype(jnp.float32)
-        q_seg = None if qs_ref is None else qs_ref[rows]
-        mask = _mask(config, info, i * bq + jnp.arange(bq), k_idx, q_seg, k_seg)
-        p = recomputed_probs(config.tile_score.logits(q, k, w), lse_ref[rows], mask)
-        dv = dv + _dot(p, do, (0, 0))
-        ds = p * (_dot(do, v.astype(jnp.float32), (1, 1)) - delta_ref[rows][:, None])
-        dk_t, dw_t = config.tile_score.grad_k_w(ds, q, k, w)
-        return dk + dk_t, dv, None if dw is None else dw + dw_t
+    def body(masked):
+        def step(i, carry):
+            dk, dv, dw = carry
+            rows = pl.ds(i * bq, bq)
+            q, do = q_ref[rows, :], do_ref[rows, :]
+            q_seg = None if qs_ref is None else qs_ref[rows]
+            mask = _mask(config, info, i * bq + jnp.arange(bq), k_idx, q_seg, k_seg)
+            logits = config.tile_score.logits(q, k, w)
+            p = recomputed_probs(logits, lse_ref[rows], mask if masked else None)
+            dv = dv + _dot(p.astype(do.dtype), do, (0, 0))
+            ds = p * (_dot(do, v, (1, 1)) - delta_ref[rows][:, None])
+            dk_t, dw_t = config.tile_score.grad_k_w(ds, q, k, w)
+            return dk + dk_t, dv, None if dw is None else dw + dw_t
 
-    lo, hi = query_block_range(_spec(config, info), k_start, bq, bk, q_ref.shape[0] // bq)
-    hi = jnp.minimum(hi, pl.cdiv(info[1], bq))
+        return step
+
     dw = None if w_ref is None else jnp.zeros(w.shape, jnp.float32)
     init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32), dw)
-    dk, dv, dw = jax.lax.fori_loop(lo, hi, body, init)
+    dk, dv, dw = split_loop(*_query_blocks(config, info, k_start), body, init)
     dk_ref[...] = dk
     dv_ref[...] = dv
     if dw_ref:
@@ -203,24 +257,27 @@ def _dq_kernel(config, *refs):
     ) = _refs(config, refs, 7)
     bq, bk = config.blocks.block_q, config.blocks.block_k
     q_start = pl.program_id(2) * bq
-    info = info_ref[...]
+    info = _info(info_ref)
     q, w = q_ref[...], None if w_ref is None else w_ref[...]
-    do, lse, delta = do_ref[...].astype(jnp.float32), lse_ref[...], delta_ref[...]
+    do, lse, delta = do_ref[...], lse_ref[...], delta_ref[...]
     q_idx = q_start + jnp.arange(bq)
     q_seg = None if qs_ref is None else qs_ref[...]
 
-    def body(j, dq):
-        keys = pl.ds(j * bk, bk)
-        k = k_ref[keys, :]
-        k_seg = None if ks_ref is None else ks_ref[keys]
-        mask = _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
-        p = recomputed_probs(config.tile_score.logits(q, k, w), lse, mask)
-        ds = p * (_dot(do, v_ref[keys, :].astype(jnp.float32), (1, 1)) - delta[:, None])
-        return dq + config.tile_score.grad_q(ds, q, k, w)
+    def body(masked):
+        def step(j, dq):
+            keys = pl.ds(j * bk, bk)
+            k = k_ref[keys, :]
+            k_seg = None if ks_ref is None else ks_ref[keys]
+            mask = _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
+            logits = config.tile_score.logits(q, k, w)
+            p = recomputed_probs(logits, lse, mask if masked else None)
+            ds = p * (_dot(do, v_ref[keys, :], (1, 1)) - delta[:, None])
+            return dq + config.tile_score.grad_q(ds, q, k, w)
 
-    lo, hi = key_block_range(_spec(config, info), q_start, bq, bk, k_ref.shape[0] // bk)
-    hi = jnp.minimum(hi, pl.cdiv(info[2], bk))
-    dq_ref[...] = jax.lax.fori_loop(lo, hi, body, jnp.zeros(q.shape, jnp.float32))
+        return step
+
+    init = jnp.zeros(q.shape, jnp.float32)
+    dq_ref[...] = split_loop(*_key_blocks(config, info, q_start), body, init)
 
 
 def _specs(config, shapes, program_axis):
@@ -269,6 +326,9 @@ def _call(config, kernel, grid, in_specs, out_specs, out_shape, *args):
         out_specs=out_specs,
         out_shape=out_shape,
         interpret=config.interpret,
+        compiler_params=pl_triton.CompilerParams(
+            num_warps=config.num_warps, num_stages=config.num_stages
+        ),
         name=f"attnjax_{kernel.__name__.strip('_')}",
     )(*args)
 
