@@ -149,7 +149,8 @@ def run(args):
                         _fmt(gflops and gflops / matmul, 100, ".0f"),
                         f"{temp / 2**20:.0f}",
                         _fmt(base_s and seconds and base_s / seconds, 1, ".2f", "×"),
-                        _fmt(temp and base_temp / temp, 1, ".1f", "×"),
+                        _fmt(base_temp / temp if min(temp, base_temp) >= 2**20 else None,
+                             1, ".1f", "×"),  # below 1 MiB: not meaningful
                         _fmt(error, 1, ".1e"),
                     ]  # fmt: skip
                     print("| " + " | ".join(str(c) for c in cells) + " |", flush=True)
