@@ -1,7 +1,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax import masks
+from attnjax import masks, tiling
 from attnjax.masks import MaskSpec
 
 T, S = 6, 9
@@ -63,3 +63,30 @@ def test_lengths_and_combine():
     assert masks.combine(None, None) is None
     np.testing.assert_array_equal(masks.combine(m, None, np.ones((1, 1, 3, 4), bool)), m)
     assert MaskSpec().full(3, 4) is None
+
+
+def test_block_ranges_match_brute_force():
+    """Visited blocks cover every visible pair; unmasked blocks are exactly the fully visible."""
+    num_q, num_k = 48, 64
+    for is_causal, window, offset in [
+        (True, None, 0), (True, None, 16), (False, (7, 3), -5), (True, (20, 0), 9),
+        (False, None, 0),
+    ]:  # fmt: skip
+        spec = MaskSpec(is_causal=is_causal, window=window, offset=offset)
+        full = spec.full(num_q, num_k)
+        visible = np.broadcast_to(True if full is None else full, (1, 1, num_q, num_k))[0, 0]
+        for bq, bk in [(8, 8), (8, 16), (16, 8)]:
+            for q_start in range(0, num_q, bq):
+                rows = visible[q_start : q_start + bq]
+                lo, hi = tiling.key_block_range(spec, q_start, bq, bk, num_k // bk)
+                full_lo, full_hi = tiling.full_key_block_range(spec, q_start, bq, bk, lo, hi)
+                blocks = [rows[:, j * bk : (j + 1) * bk] for j in range(num_k // bk)]
+                assert all(not b.any() for j, b in enumerate(blocks) if not lo <= j < hi)
+                assert {j for j in range(lo, hi) if blocks[j].all()} == set(range(full_lo, full_hi))
+            for k_start in range(0, num_k, bk):
+                cols = visible[:, k_start : k_start + bk]
+                lo, hi = tiling.query_block_range(spec, k_start, bq, bk, num_q // bq)
+                full_lo, full_hi = tiling.full_query_block_range(spec, k_start, bq, bk, lo, hi)
+                blocks = [cols[i * bq : (i + 1) * bq] for i in range(num_q // bq)]
+                assert all(not b.any() for i, b in enumerate(blocks) if not lo <= i < hi)
+                assert {i for i in range(lo, hi) if blocks[i].all()} == set(range(full_lo, full_hi))
