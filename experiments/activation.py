@@ -6,12 +6,11 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import matplotlib.pyplot as plt
 import numpy as np
 from flax import nnx
 
 from attnjax import analysis
-from attnjax.experiment.report import markdown_table
+from attnjax.experiment.report import markdown_table, new_figure, save_figure
 from attnjax.nn.scores import make_score
 
 HEAD_DIM, NUM_KEYS = 16, 16
@@ -83,7 +82,7 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
 
 
 def _plot(stats: dict, path: Path) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = new_figure(1, 3, figsize=(13, 3.8))
     for ax, name in zip(axes, ("entropy", "dead units", "saturated"), strict=True):
         for s in ("additive", "additive_relu"):
             for b in BIASES:
@@ -98,7 +97,6 @@ def _plot(stats: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].axhline(np.log(NUM_KEYS), color="gray", ls=":", label="uniform")
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"additive scores at initialization, H = A = {HEAD_DIM}, {NUM_KEYS} keys")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(
+        fig, path, f"additive scores at initialization, H = A = {HEAD_DIM}, {NUM_KEYS} keys"
+    )

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import matplotlib.pyplot as plt
 import numpy as np
 from flax import nnx
 
 from attnjax import analysis
 from attnjax.experiment import Experiment, Summary, grid, load_file
-from attnjax.experiment.report import markdown_table
+from attnjax.experiment.report import markdown_table, new_figure, save_figure
 from attnjax.nn.scores import make_score
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "dk_scaling.py"
@@ -96,7 +95,7 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
 
 
 def _plot(stats: dict, dims: tuple[int, ...], path: Path) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = new_figure(1, 3, figsize=(13, 3.8))
     labels = ("Var(logit)", "mean max softmax weight", "mean entropy (nats)")
     for i, (ax, ylabel) in enumerate(zip(axes, labels, strict=True)):
         for s in (*INIT_SCORES, REFERENCE):
@@ -109,10 +108,7 @@ def _plot(stats: dict, dims: tuple[int, ...], path: Path) -> None:
     axes[0].set_yscale("log")
     axes[2].axhline(math.log(NUM_KEYS), color="gray", lw=0.8, ls=":", label="uniform (log 16)")
     axes[2].legend(fontsize=8)
-    fig.suptitle(f"scores at initialization, q, k ~ N(0, I_H), {NUM_KEYS} keys")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, f"scores at initialization, q, k ~ N(0, I_H), {NUM_KEYS} keys")
 
 
 def verdict(summary: Summary) -> tuple[str, str]:

@@ -6,12 +6,11 @@ gradients); a CNN's gradient is exactly 0 beyond its receptive field."""
 from pathlib import Path
 
 import jax
-import matplotlib.pyplot as plt
 import numpy as np
 from flax import nnx
 
 from attnjax import analysis
-from attnjax.experiment.report import markdown_table
+from attnjax.experiment.report import markdown_table, new_figure, save_figure
 from attnjax.nn import build
 
 WIDTH, FEATURES = 32, 8
@@ -73,7 +72,7 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
 
 
 def _plot(curves: dict[str, np.ndarray], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = new_figure(figsize=(6.5, 4))
     for name, curve in curves.items():
         distances = np.arange(1, len(curve))
         ax.plot(distances, np.maximum(curve[1:], 1e-30), label=name)
@@ -85,6 +84,4 @@ def _plot(curves: dict[str, np.ndarray], path: Path) -> None:
     ax.set_title("gradient reaching an input L steps back")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -5,7 +5,6 @@ head importance I_h = E|∂L/∂ξ_h| for the head gates ξ, or from entropy and
 from pathlib import Path
 
 import jax
-import matplotlib.pyplot as plt
 import numpy as np
 from flax import nnx
 
@@ -13,7 +12,7 @@ from attnjax import tasks
 from attnjax.analysis import pruning
 from attnjax.experiment import load_file, load_run, train_and_evaluate
 from attnjax.experiment.config import task_name
-from attnjax.experiment.report import markdown_table
+from attnjax.experiment.report import markdown_table, new_figure, save_figure
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "head_pruning.py"
 RANDOM_ORDERS = 5
@@ -100,7 +99,7 @@ def _verdict(curves: dict, loss0: float, bigram: float) -> tuple[str, str]:
 
 
 def _plot(curves: dict, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = new_figure(figsize=(6.5, 4))
     for name, curve in curves.items():
         ax.plot(*zip(*curve, strict=True), "o-", ms=3, label=name)
     ax.axhline(PLATEAU, color="gray", ls=":", lw=0.8, label=f"plateau threshold {PLATEAU}")
@@ -110,6 +109,4 @@ def _plot(curves: dict, path: Path) -> None:
     ax.set_title("head pruning, order-2 Markov language")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import matplotlib.pyplot as plt
 import numpy as np
 
 from attnjax import analysis
-from attnjax.experiment.report import markdown_table
+from attnjax.experiment.report import markdown_table, new_figure, save_figure
 
 NUM_KEYS, HEAD_DIM = 16, 16
 VANISHED = 0.01  # an extreme "vanishes" below this fraction of the peak gradient
@@ -87,7 +86,7 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
 
 
 def _plot(taus: np.ndarray, stats: list[dict[str, float]], path: Path) -> None:
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, (ax1, ax2) = new_figure(1, 2, figsize=(11, 3.8))
     ax1.plot(taus, [s["entropy"] for s in stats], "o-", ms=3, label="mean entropy")
     ax1.axhline(math.log(NUM_KEYS), color="gray", ls=":", label=f"log S (S = {NUM_KEYS})")
     ax1.set_ylabel("entropy of softmax(z / τ) (nats)")
@@ -102,7 +101,4 @@ def _plot(taus: np.ndarray, stats: list[dict[str, float]], path: Path) -> None:
         ax.set_xlabel("temperature τ")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"softmax temperature, z ~ N(0, 1), {NUM_KEYS} keys")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, f"softmax temperature, z ~ N(0, 1), {NUM_KEYS} keys")

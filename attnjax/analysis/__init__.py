@@ -6,6 +6,7 @@ from attnjax.analysis.diagnostics import (
     gradient_norm_by_position,
     head_similarity,
     max_logit,
+    max_logit_from_softmax,
     saturation,
     softmax_jacobian_norm,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "gradient_norm_by_position",
     "head_similarity",
     "max_logit",
+    "max_logit_from_softmax",
     "orthogonality_penalty",
     "saturation",
     "softmax_jacobian_norm",

@@ -22,6 +22,19 @@ def max_logit(logits: Float[ArrayLike, "..."]) -> Float[Array, ""]:
     return jnp.max(jnp.asarray(logits, jnp.float32))
 
 
+def max_logit_from_softmax(
+    weights: Float[ArrayLike, "... T S"], lse: Float[ArrayLike, "... T"]
+) -> Float[Array, ""]:
+    """The largest logit of the rows with a visible key, from softmax weights and log-sum-exp.
+
+    ``weights`` and ``lse`` as ``attention(..., return_weights=True, return_residual=True)``
+    returns them: ``w_s = exp(z_s - lse)``, so ``max_s z_s = lse + log max_s w_s``. ``-inf`` if
+    no row has a visible key (all-zero weights)."""
+    top = jnp.max(jnp.asarray(weights, jnp.float32), axis=-1)
+    rows = jnp.asarray(lse, jnp.float32) + jnp.log(jnp.where(top > 0, top, 1.0))
+    return jnp.max(jnp.where(top > 0, rows, -jnp.inf))
+
+
 def saturation(weights: Float[ArrayLike, "... T S"], threshold: float = 0.99) -> Float[Array, ""]:
     """Fraction of rows whose largest weight exceeds ``threshold``."""
     return jnp.mean(jnp.max(jnp.asarray(weights), axis=-1) > threshold)

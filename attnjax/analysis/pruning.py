@@ -33,6 +33,22 @@ def set_gates(model: nnx.Module, gates: Float[Array, " heads"]) -> None:
     nnx.update(model, jax.tree.unflatten(treedef, new))
 
 
+def attention_maps(model: nnx.Module, batch: dict) -> list[Float[Array, "B N T S"]]:
+    """The attention weights of every :class:`MultiHeadAttention` layer of ``model`` on
+    ``batch``, in ``nnx.state`` order, from one forward pass (each layer's ``sow_weights``
+    switch is restored afterwards)."""
+    layers = [m for _, m in nnx.iter_modules(model) if isinstance(m, MultiHeadAttention)]
+    switches = [layer.sow_weights for layer in layers]
+    for layer in layers:
+        layer.sow_weights = True
+    try:
+        _, sown = nnx.capture(model, nnx.Intermediate)(batch)
+    finally:
+        for layer, switch in zip(layers, switches, strict=True):
+            layer.sow_weights = switch
+    return jax.tree.leaves(nnx.filter_state(sown, nnx.PathContains("attention_weights")))
+
+
 def gradient_importance(model: nnx.Module, batch: dict, loss_fn: LossFn) -> Float[Array, " heads"]:
     """Michel et al. (2019): ``I_h = E_x |∂L(x)/∂ξ_h|``, the mean over examples of the absolute
     per-example gradient of the loss with respect to head ``h``'s gate ``ξ_h``."""
@@ -52,16 +68,8 @@ def entropy_redundancy_importance(model: nnx.Module, batch: dict) -> Float[Array
     """``entropy_h / log S + (1 − max_{j≠h} sim(h, j))``: a head with sharp (low-entropy)
     attention that another head of its layer nearly copies scores low, i.e. prunable first.
     ``sim`` is the cosine of flattened attention maps (:func:`head_similarity`)."""
-    layers = [m for _, m in nnx.iter_modules(model) if isinstance(m, MultiHeadAttention)]
-    for layer in layers:
-        layer.sow_weights = True
-    try:
-        _, sown = nnx.capture(model, nnx.Intermediate)(batch)
-    finally:
-        for layer in layers:
-            layer.sow_weights = False
     scores = []
-    for weights in jax.tree.leaves(sown):  # [B, N, T, S] per layer, in state order
+    for weights in attention_maps(model, batch):
         ent = entropy(weights).mean(axis=(0, 2)) / jnp.log(weights.shape[-1])
         sim = head_similarity(weights)
         others = jnp.where(jnp.eye(sim.shape[0], dtype=bool), -jnp.inf, sim)

@@ -51,8 +51,7 @@ def run_report(config: Any, results: Sequence[dict[str, Any]]) -> str:
 def plot_curves(metrics: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     """Training loss and test metrics against step, one line per run."""
     names = ["loss", *sorted({m["metric"] for m in metrics if m["split"] == "test"} - {"loss"})]
-    fig = Figure(figsize=(4.2 * len(names), 3.4))
-    axes = fig.subplots(1, len(names), squeeze=False)
+    fig, axes = new_figure(1, len(names), squeeze=False, figsize=(4.2 * len(names), 3.4))
     for ax, name in zip(axes[0], names, strict=True):
         split = "train" if name == "loss" else "test"
         runs = sorted({(m["seed"], m["learning_rate"]) for m in metrics})
@@ -67,6 +66,18 @@ def plot_curves(metrics: Sequence[dict[str, Any]], path: Path, title: str) -> No
         ax.set(xlabel="training step", ylabel=f"{split} {name}", title=f"{split} {name}")
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle(title)
+    save_figure(fig, path, title)
+
+
+def new_figure(*grid: int, figsize: tuple[float, float], **kwargs: Any) -> tuple[Figure, Any]:
+    """``(figure, axes)`` like ``plt.subplots(*grid, **kwargs)``, without pyplot's state."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*grid, **kwargs)
+
+
+def save_figure(fig: Figure, path: Path, title: str | None = None) -> None:
+    """Lay ``fig`` out (under ``title``) and write it to ``path`` as a PNG."""
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -18,8 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from matplotlib.figure import Figure
-
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, with_overrides
 from attnjax.experiment.run import train_and_evaluate
@@ -165,8 +163,7 @@ def sweep_report(
 def plot_summary(summary: Summary, experiment: Experiment, path: Path) -> None:
     """One bar per point: mean metric with its 95% interval and the seeds as dots."""
     names = list(summary)
-    fig = Figure(figsize=(7, 0.35 * len(names) + 1.2))
-    ax = fig.subplots()
+    fig, ax = report.new_figure(figsize=(7, 0.35 * len(names) + 1.2))
     means = [summary[n].mean for n in names]
     errors = [0.0 if math.isnan(summary[n].half_width) else summary[n].half_width for n in names]
     ax.barh(range(len(names)), means, xerr=errors, color="#8fb3d9", capsize=3)
@@ -181,5 +178,4 @@ def plot_summary(summary: Summary, experiment: Experiment, path: Path) -> None:
     ax.set_xlabel(f"test {experiment.metric} (mean ± 95% interval; dots: seeds)")
     ax.set_title(experiment.name)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    report.save_figure(fig, path)

@@ -92,15 +92,22 @@ class Trainer:
         _, params, rest = nnx.split(self._model(key), nnx.Param, ...)
         return params, rest, self.tx.init(params)
 
-    def _forward(self, params: Any, rest: Any, batch: dict) -> tuple[Array, list[Array]]:
-        """Logits ``[B, T, C]`` and the attention weights ``[B, N, T, S]`` sown by each layer."""
+    def _forward(
+        self, params: Any, rest: Any, batch: dict
+    ) -> tuple[Array, list[Array], list[Array]]:
+        """Logits ``[B, T, C]``, and the attention weights ``[B, N, T, S]`` and their
+        log-sum-exp ``[B, N, T]`` sown by each layer."""
         model = nnx.merge(self.graphdef, params, rest)
         logits, sown = nnx.capture(model, nnx.Intermediate)(batch)
-        return logits, jax.tree.leaves(sown)
+        weights, lse = (
+            jax.tree.leaves(nnx.filter_state(sown, nnx.PathContains(name)))
+            for name in ("attention_weights", "attention_lse")
+        )
+        return logits, weights, lse
 
     def _loss(self, params: Any, rest: Any, batch: dict) -> Float[Array, ""]:
         train = self.config.train
-        logits, weights = self._forward(params, rest, batch)
+        logits, weights, _ = self._forward(params, rest, batch)
         loss = self.task.loss(logits, batch)
         if train.z_loss:
             mask = batch["loss_mask"][..., None]
@@ -137,7 +144,7 @@ class Trainer:
             self.config.train.eval_batch_size,
             self.config.task,
         )
-        logits, weights = self._forward(params, rest, batch)
+        logits, weights, lse = self._forward(params, rest, batch)
         metrics = dict(self.task.metrics(logits, batch))
         if self.config.train.diagnostics and weights:
             metrics["attention_entropy"] = jnp.mean(
@@ -148,6 +155,11 @@ class Trainer:
             )
             metrics["head_similarity"] = jnp.mean(
                 jnp.stack([analysis.cosine_diversity_penalty(w) for w in weights])
+            )
+            metrics["attention_max_logit"] = jnp.max(
+                jnp.stack(
+                    [analysis.max_logit_from_softmax(*x) for x in zip(weights, lse, strict=True)]
+                )
             )
         return metrics
 

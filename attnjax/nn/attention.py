@@ -37,8 +37,9 @@ class MultiHeadAttention(nnx.Module):
     ``dropout_rate`` drops attention weights, which needs the dense path: an
     ``implementation`` other than ``"xla"``/None raises while dropout is active (not
     deterministic). ``return_weights=True`` (or the attribute ``sow_weights``, which sows the
-    weights as ``nnx.Intermediate`` ``"attention_weights"``) runs the call on the dense path, so
-    output and weights come from the same computation.
+    weights as ``nnx.Intermediate`` ``"attention_weights"`` and their log-sum-exp ``[B, N, T]``
+    as ``"attention_lse"``) runs the call on the dense path, so output and weights come from
+    the same computation.
     """
 
     def __init__(
@@ -165,13 +166,15 @@ class MultiHeadAttention(nnx.Module):
             score=self.score.name,
             score_params=self.score(),
             return_weights=dense,
+            return_residual=dense,
             implementation=DENSE if dense else self.implementation,
         )
-        out, weights = result if dense else (result, None)
+        out, weights, lse = result if dense else (result, None, None)
         if dropout:
             out = _weighted_sum(self.dropout(weights, deterministic=False), v).astype(out.dtype)
         if self.sow_weights:
             self.sow(nnx.Intermediate, "attention_weights", weights)
+            self.sow(nnx.Intermediate, "attention_lse", lse)
         out = self.out(out * self.gate[...][:, None].astype(out.dtype))
         return (out, weights) if return_weights else out
 

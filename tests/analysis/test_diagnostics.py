@@ -21,6 +21,23 @@ def test_max_logit_and_saturation():
     assert analysis.saturation(rows) == 0.5
 
 
+def test_max_logit_from_softmax_by_hand_and_through_attention():
+    # logits [0, log 3] -> w [1/4, 3/4], lse log 4; [2, 2] -> w [1/2, 1/2], lse 2 + log 2;
+    # a row with no visible key (w 0, lse -inf) is ignored: max(log 3, 2) = 2.
+    weights = jnp.array([[0.25, 0.75], [0.5, 0.5], [0.0, 0.0]])
+    lse = jnp.array([np.log(4.0), 2 + np.log(2.0), -np.inf])
+    np.testing.assert_allclose(analysis.max_logit_from_softmax(weights, lse), 2.0, rtol=1e-6)
+    np.testing.assert_allclose(
+        analysis.max_logit_from_softmax(weights[:1], lse[:1]), np.log(3.0), rtol=1e-6
+    )
+    assert analysis.max_logit_from_softmax(weights[2:], lse[2:]) == -np.inf
+    q, k, v = jax.random.normal(jax.random.key(0), (3, 6, 2, 4)) * 30  # logits in the hundreds
+    _, w, lse = aj.attention(q, k, v, score="dot", is_causal=True, return_weights=True,
+                             return_residual=True, implementation="xla")  # fmt: skip
+    logits = jnp.where(jnp.tril(jnp.ones((6, 6), bool)), jnp.einsum("tnh,snh->nts", q, k), -1e9)
+    np.testing.assert_allclose(analysis.max_logit_from_softmax(w, lse), logits.max(), rtol=1e-5)
+
+
 def test_softmax_jacobian_norm_matches_jax_jacobian():
     logits = jax.random.normal(jax.random.key(0), (4, 6)) * 2
     for row in logits:

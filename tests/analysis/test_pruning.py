@@ -77,3 +77,14 @@ def test_entropy_redundancy_scores_identical_heads_as_redundant(model):
         projection.bias[1] = projection.bias[0]
     scores = pruning.entropy_redundancy_importance(model, BATCH)
     assert scores[4] == pytest.approx(scores[5]) and scores[4] < scores[6:].min()
+
+
+def test_attention_maps_are_each_layers_weights_and_leave_the_switch_off(model):
+    maps = pruning.attention_maps(model, BATCH)
+    seq_len = BATCH["inputs"].shape[1]
+    assert [m.shape for m in maps] == [(8, 4, seq_len, seq_len)] * 2
+    block = model.encoder.blocks[0]
+    _, first = block.attention(block.attention_norm(model.embed(BATCH["inputs"])),
+                               return_weights=True)  # fmt: skip
+    np.testing.assert_allclose(maps[0], first, atol=1e-6)
+    assert not any(b.attention.sow_weights for b in model.encoder.blocks)

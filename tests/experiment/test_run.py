@@ -131,6 +131,7 @@ def test_diagnostics_and_regularizers_are_recorded(smoke_config, tmp_path):
     train_and_evaluate(config, tmp_path, num_seeds=1)
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     recorded = {r["metric"] for r in rows if r["split"] == "test"}
-    assert {"attention_entropy", "attention_saturation", "head_similarity"} <= recorded
+    diagnostics = {"attention_entropy", "attention_saturation", "head_similarity"}
+    assert diagnostics | {"attention_max_logit"} <= recorded
     entropy = [r["value"] for r in rows if r["metric"] == "attention_entropy"]
     assert all(0 <= e <= np.log(smoke_config.task.spec.seq_len) + 1e-6 for e in entropy)

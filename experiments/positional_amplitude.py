@@ -1,0 +1,199 @@
+"""CLAIMS S7: a sinusoidal positional encoding that is too small leaves attention near uniform
+(positions are invisible next to the token embeddings), one that is too large collapses it onto
+one position (the logits grow as the amplitude squared and the softmax saturates); a middle band
+of amplitudes works. Also measured, not judged: accuracy past the trained length for
+sinusoidal, learned and rotary (RoPE) positions."""
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, Float
+
+from attnjax import analysis, nn, tasks
+from attnjax.analysis.pruning import attention_maps
+from attnjax.experiment import Experiment, Summary, grid, label, load_file, load_run, sweep
+from attnjax.experiment.config import with_overrides
+from attnjax.experiment.report import fmt, markdown_table, mean_ci95, new_figure, save_figure
+
+_CONFIG = Path(__file__).parents[1] / "configs" / "positional_amplitude.py"
+AMPLITUDES = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
+NONE, LEARNED, ROPE = ({"model.positional": p} for p in ("none", "learned", "rope"))
+SINUSOIDAL = {"model.pos_amplitude": 1.0}  # the sinusoidal point of the length comparison
+SEEDS, LENGTH_FACTORS = 5, (1, 2, 4)
+WORKS, FAILS = 0.5, 0.1  # share of the gap from "no positions" to the optimal accuracy
+UNIFORM, COLLAPSED = 0.8, 0.9  # least entropy / log(t + 1); least max weight
+STATS = ("entropy / log(t+1)", "max weight", "weight on t−1")
+
+
+def attention_stats(weights: Float[Array, "B N T T"]) -> dict[str, float]:
+    """Causal maps, rows ``t ≥ 1``: mean of ``entropy / log(t + 1)`` (1: uniform over the
+    visible keys, 0: one-hot), of the largest weight, and of the weight on key ``t − 1``."""
+    rows = weights[..., 1:, :]
+    visible = jnp.arange(2, weights.shape[-1] + 1)
+    values = (
+        (analysis.entropy(rows) / jnp.log(visible)).mean(),
+        rows.max(-1).mean(),
+        jnp.diagonal(weights, -1, -2, -1).mean(),
+    )
+    return dict(zip(STATS, map(float, values), strict=True))
+
+
+def length_accuracy(models: list[nnx.Module], batch: dict, trained: int) -> list[float] | str:
+    """Each model's accuracy on a Markov ``batch`` at positions ``≥ trained`` (all positions
+    if the batch is no longer); the error text if a model rejects the length."""
+    length = batch["inputs"].shape[1]
+    if length > trained:
+        batch = batch | {"loss_mask": batch["loss_mask"] & (jnp.arange(length) >= trained)}
+    try:
+        return [float(tasks.get("markov").metrics(m(batch), batch)["accuracy"]) for m in models]
+    except ValueError as error:
+        return f"{type(error).__name__}: {error}"
+
+
+def _mean(stats: list[dict[str, float]]) -> dict[str, float]:
+    return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
+
+
+def verdict(
+    summary: Summary, optimum: float, attention: dict[str, dict] | None = None
+) -> tuple[str, str]:
+    """The rule of :func:`analyze`. Without ``attention`` (trained stats by point label), its
+    accuracy part only: supported iff an interior amplitude works and both extremes fail."""
+    amps = [name for name in summary if name.startswith("pos_amplitude=")]  # ascending
+    base = summary[label(NONE)].mean
+    gap = optimum - base
+    acc = {a: summary[a].mean for a in amps}
+    works = {a: m >= base + WORKS * gap for a, m in acc.items()}
+    small, large = amps[0], amps[-1]
+    checks = {
+        "a middle amplitude works": any(works[a] for a in amps[1:-1]),
+        "smallest fails": acc[small] <= base + FAILS * gap,
+        "largest fails": acc[large] <= base + FAILS * gap,
+    }
+    if attention is not None:
+        checks["smallest near uniform"] = attention[small]["entropy / log(t+1)"] >= UNIFORM
+        checks["largest collapsed"] = attention[large]["max weight"] >= COLLAPSED
+    reason = (
+        "test accuracy by amplitude: "
+        + ", ".join(f"{a.split('=')[1]} {m:.3f}" for a, m in acc.items())
+        + f"; no positions {base:.3f}, optimum {optimum:.3f} (works ≥ "
+        f"{base + WORKS * gap:.3f}, fails ≤ {base + FAILS * gap:.3f}). Checks: "
+        + ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
+        + ("." if attention is not None else " (accuracy part; the full rule: analysis.md).")
+    )
+    if all(checks.values()):
+        return "supported", reason
+    if (works[small] and works[large]) or not any(works.values()):
+        return "refuted", reason
+    return "inconclusive", reason
+
+
+def _experiment(smoke: bool) -> Experiment:
+    """The training sweep :func:`analyze` runs: amplitudes, no positions, learned, RoPE."""
+    base = load_file(_CONFIG).get_config("smoke" if smoke else None)
+    optimum = base.task.spec.baselines["optimal_accuracy"]
+    return Experiment(
+        name="positional_amplitude",
+        claim=" ".join(__doc__.split()),
+        base=base,
+        points=(SINUSOIDAL, NONE, LEARNED)
+        if smoke
+        else (*grid(**{"model.pos_amplitude": AMPLITUDES}), NONE, LEARNED, ROPE),
+        metric="accuracy",
+        verdict=lambda summary: verdict(summary, optimum),
+    )
+
+
+def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
+    """Train every point for ``SEEDS`` seeds (vectorized; the CLI's ``--seeds`` does not apply
+    here), then measure attention at initialization and after training, and accuracy past the
+    trained length ``T``.
+
+    Verdict rule (declared before measuring). Yardsticks: the measured accuracy without
+    positions a₀ (``positional=none``) and the chain's optimal accuracy a*. An amplitude
+    *works* if its mean test accuracy is ≥ a₀ + 0.5 (a* − a₀) and *fails* if ≤ a₀ + 0.1
+    (a* − a₀). *Supported* iff an amplitude strictly inside the grid works, the smallest fails
+    with trained attention near uniform (mean entropy / log(t + 1) ≥ ``UNIFORM``) and the
+    largest fails with trained attention collapsed (mean max weight ≥ ``COLLAPSED``).
+    *Refuted* iff both extremes work (no band) or no amplitude works; else *inconclusive*.
+    Length generalization is reported, not judged: sinusoidal (amplitude 1), learned (a table
+    of ``max_len = 2T`` rows: rows T … 2T−1 are never trained, longer inputs raise
+    ``ValueError``) and RoPE, accuracy on positions ≥ T of sequences 2T and 4T long.
+    """
+    experiment = _experiment(smoke)
+    seeds, batch_size, factors = (1, 16, (1, 4)) if smoke else (SEEDS, 256, LENGTH_FACTORS)
+    summary, _, _ = sweep(experiment, out, num_seeds=seeds)
+    base = experiment.base
+    t = base.task.seq_len
+    task = tasks.get("markov")
+    batch = task.generate(jax.random.key(8), batch_size, base.task)
+    longest = dataclasses.replace(base.task, seq_len=max(factors) * t)
+    longest = task.generate(jax.random.key(9), batch_size, longest)  # stationary: prefixes
+    prefixes = {f: jax.tree.map(lambda x, f=f: x[:, : f * t], longest) for f in factors}
+    trained, init, lengths = {}, {}, {}
+    for i, point in enumerate(experiment.points):
+        config = with_overrides(base, point)
+        models = [load_run(next((out / "points").glob(f"{i:02d}_*")), r)[1] for r in range(seeds)]
+        inits = [nn.build(config.model, nnx.Rngs(s)) for s in range(seeds)]
+        name = label(point)
+        trained[name], init[name] = (
+            _mean([attention_stats(attention_maps(m, batch)[0]) for m in ms])
+            for ms in (models, inits)
+        )
+        if point in (SINUSOIDAL, LEARNED, ROPE):
+            lengths[name] = {f: length_accuracy(models, b, t) for f, b in prefixes.items()}
+    optimum = base.task.spec.baselines["optimal_accuracy"]
+    _plot(summary, (init, trained), lengths, t, optimum,
+          out / "positional_amplitude.png")  # fmt: skip
+    rows = [[name, fmt(s.mean, s.half_width),
+             *(f"{init[name][k]:.3f}" for k in STATS),
+             *(f"{trained[name][k]:.3f}" for k in STATS)]
+            for name, s in summary.items()]  # fmt: skip
+    header = ["point", "test accuracy", *(f"{k} (init)" for k in STATS), *STATS]
+    length_rows = [[name, *(fmt(*mean_ci95(a)) if isinstance(a, list) else a
+                            for a in accs.values())] for name, accs in lengths.items()]  # fmt: skip
+    length_header = ["encoding", *(f"T = {f * t}, positions ≥ {t}" if f > 1 else f"T = {t}"
+                                   for f in factors)]  # fmt: skip
+    table = markdown_table(header, rows) + "\n" + markdown_table(length_header, length_rows)
+    return table, *verdict(summary, optimum, trained)
+
+
+def _plot(summary: Summary, attention: tuple[dict, dict], lengths: dict, t: int,
+          optimum: float, path: Path) -> None:  # fmt: skip
+    fig, axes = new_figure(1, 3, figsize=(15, 4))
+    amps = [n for n in summary if n.startswith("pos_amplitude=")]
+    x = [float(n.split("=")[1]) for n in amps]
+    errors = [0 if np.isnan(summary[n].half_width) else summary[n].half_width for n in amps]
+    axes[0].errorbar(x, [summary[n].mean for n in amps], yerr=errors, fmt="o-", capsize=3,
+                     label="sinusoidal, amplitude A")  # fmt: skip
+    for point, style in ((NONE, ":"), (LEARNED, "--"), (ROPE, "-.")):
+        if label(point) in summary:
+            axes[0].axhline(summary[label(point)].mean, ls=style, color="gray", label=label(point))
+    axes[0].axhline(optimum, color="k", lw=0.8, label="optimal accuracy")
+    axes[0].set_ylabel("test next-token accuracy (mean ± 95% CI)")
+    for key, color in zip(STATS, ("C0", "C3", "C2"), strict=True):
+        for stats, when, style in zip(attention, ("at init", "trained"), ("--", "o-"), strict=True):
+            axes[1].plot(x, [stats[n][key] for n in amps], style, color=color, ms=4,
+                         label=f"{key}, {when}")  # fmt: skip
+    axes[1].set_ylabel("attention statistic (mean over rows t ≥ 1)")
+    for ax in axes[:2]:
+        ax.set_xscale("log")
+        ax.set_xlabel("sinusoidal amplitude A")
+    for name, accs in lengths.items():
+        points = [(f * t, np.mean(a)) for f, a in accs.items() if isinstance(a, list)]
+        name = "sinusoidal, A = 1" if name == label(SINUSOIDAL) else name
+        axes[2].plot(*zip(*points, strict=True), "o-", label=name)
+    axes[2].axhline(summary[label(NONE)].mean, ls=":", color="gray", label="positional=none")
+    axes[2].axhline(optimum, color="k", lw=0.8, label="optimal accuracy")
+    axes[2].set_xlabel(f"evaluated length (trained: {t}; longer: scored on positions ≥ {t})")
+    axes[2].set_ylabel("next-token accuracy")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    save_figure(
+        fig, path, "positional encodings on an order-2 Markov language (1 causal layer, 1 head)"
+    )
