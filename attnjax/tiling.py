@@ -127,8 +127,11 @@ def query_block_range(spec: MaskSpec, k_start, block_q: int, block_k: int, num_q
 
 
 def full_key_block_range(spec: MaskSpec, q_start, block_q: int, block_k: int, lo, hi):
-    """``[full_lo, full_hi)`` within ``[lo, hi)``: key blocks that the causal/window rules leave
-    fully visible to every query ``q_start ... q_start + block_q - 1`` (no mask needed)."""
+    """``[full_lo, full_hi)`` within ``[lo, hi)``: the key blocks each query sees whole.
+
+    Whole under the causal/window rules for every query ``q_start ... q_start + block_q - 1``:
+    such tiles need no mask.
+    """
     low, high = _diff_bounds(spec)
     first = None if low is None else q_start + block_q - 1 + spec.offset + low
     last = None if high is None else q_start + spec.offset + high
@@ -136,8 +139,11 @@ def full_key_block_range(spec: MaskSpec, q_start, block_q: int, block_k: int, lo
 
 
 def full_query_block_range(spec: MaskSpec, k_start, block_q: int, block_k: int, lo, hi):
-    """``[full_lo, full_hi)`` within ``[lo, hi)``: query blocks that see every key
-    ``k_start ... k_start + block_k - 1`` under the causal/window rules."""
+    """``[full_lo, full_hi)`` within ``[lo, hi)``: the query blocks that see the key block whole.
+
+    Every query of such a block sees keys ``k_start ... k_start + block_k - 1`` under the
+    causal/window rules.
+    """
     low, high = _diff_bounds(spec)
     first = None if high is None else k_start + block_k - 1 - spec.offset - high
     last = None if low is None else k_start - spec.offset - low
@@ -153,8 +159,10 @@ def _full_range(first, last, block: int, lo, hi):
 
 
 def split_loop(lo, full_lo, full_hi, hi, body, carry):
-    """``fori_loop`` over ``[lo, hi)`` with ``body(masked)``: masked at the edges, unmasked on
-    the fully visible blocks ``[full_lo, full_hi)``."""
+    """``fori_loop`` over ``[lo, hi)``: ``body(False)`` (no mask) on ``[full_lo, full_hi)``.
+
+    ``body(True)`` (masked) runs on the edge blocks before and after.
+    """
     carry = jax.lax.fori_loop(lo, full_lo, body(True), carry)
     carry = jax.lax.fori_loop(full_lo, full_hi, body(False), carry)
     return jax.lax.fori_loop(full_hi, hi, body(True), carry)
@@ -197,7 +205,9 @@ def online_finish(carry) -> tuple[Array, Array]:
 
 
 def recomputed_probs(logits: Array, lse: Array, mask: Array | None) -> Array:
-    """The softmax of a tile from its logits and the rows' log-sum-exp (``-inf``: an empty row,
-    whose probabilities are 0 also without a mask)."""
+    """The softmax of a tile from its logits and the rows' log-sum-exp (``-inf``: empty row).
+
+    An empty row's probabilities are 0, also without a mask.
+    """
     p = jnp.exp(logits - jnp.where(lse == -jnp.inf, jnp.inf, lse)[..., None])
     return p if mask is None else jnp.where(mask, p, 0.0)
