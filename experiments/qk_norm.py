@@ -28,7 +28,7 @@ from attnjax.experiment.trainer import get_trainer
 _CONFIG = Path(__file__).parents[1] / "configs" / "qk_norm.py"
 LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0, 3.0)  # Wortsman's grid, ×10 up
 KAPPAS = (1.0, 10.0, 1e2, 1e3, 1e4)
-SEEDS, CAP, DEGRADED = 2, 0.1, 0.05
+SEEDS, CAP, DEGRADED = 5, 0.1, 0.05
 METRICS = ("loss", "attention_max_logit")
 
 
