@@ -57,8 +57,9 @@ class TrainConfig:
     ``eval_batch_size`` fresh examples (the same for every run); steps between evaluations are
     fused into one ``lax.scan``. ``z_loss`` weights Wortsman et al.'s output z-loss;
     ``diversity`` adds a head-diversity penalty (``cosine`` | ``orthogonality``) weighted by
-    ``diversity_weight``; ``diagnostics`` records attention entropy, saturation, head
-    similarity and the largest attention logit (``attention_max_logit``, over layers).
+    ``diversity_weight``; ``diagnostics`` records attention entropy, saturation, softmax
+    Jacobian norm, effective rank, head similarity and the largest attention logit
+    (``attention_max_logit``, over layers).
     ``fast_compile`` compiles with XLA's backend optimization off: on CPU about 2.5× faster
     to compile and 2× slower to run, the right trade for toy models."""
 

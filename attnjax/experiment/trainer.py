@@ -147,20 +147,7 @@ class Trainer:
         logits, weights, lse = self._forward(params, rest, batch)
         metrics = dict(self.task.metrics(logits, batch))
         if self.config.train.diagnostics and weights:
-            metrics["attention_entropy"] = jnp.mean(
-                jnp.stack([analysis.entropy(w).mean() for w in weights])
-            )
-            metrics["attention_saturation"] = jnp.mean(
-                jnp.stack([analysis.saturation(w) for w in weights])
-            )
-            metrics["head_similarity"] = jnp.mean(
-                jnp.stack([analysis.cosine_diversity_penalty(w) for w in weights])
-            )
-            metrics["attention_max_logit"] = jnp.max(
-                jnp.stack(
-                    [analysis.max_logit_from_softmax(*x) for x in zip(weights, lse, strict=True)]
-                )
-            )
+            metrics |= _diagnostics(weights, lse)
         return metrics
 
     def init(self, runs: Runs) -> tuple[Any, Array]:
@@ -220,3 +207,23 @@ def collect(metrics: dict[str, np.ndarray], runs: Runs, **fields) -> list[dict[s
 
 
 ProgressFn = Callable[[int, int], None]
+
+
+def _diagnostics(weights: list[Array], lse: list[Array]) -> dict[str, Array]:
+    """Attention diagnostics of every layer's weights ``[B, N, T, S]`` and log-sum-exp
+    ``[B, N, T]``, averaged over layers (the max logit: maximum over layers). The effective
+    rank is that of each example's head-averaged map ``[T, S]``."""
+
+    def mean(per_layer):
+        return jnp.mean(jnp.stack([per_layer(w) for w in weights]))
+
+    return {
+        "attention_entropy": mean(lambda w: analysis.entropy(w).mean()),
+        "attention_saturation": mean(analysis.saturation),
+        "attention_jacobian_norm": mean(lambda w: analysis.softmax_jacobian_norm(w).mean()),
+        "attention_effective_rank": mean(lambda w: analysis.effective_rank(w.mean(axis=1)).mean()),
+        "head_similarity": mean(analysis.cosine_diversity_penalty),
+        "attention_max_logit": jnp.max(
+            jnp.stack([analysis.max_logit_from_softmax(*x) for x in zip(weights, lse, strict=True)])
+        ),
+    }

@@ -132,6 +132,12 @@ def test_diagnostics_and_regularizers_are_recorded(smoke_config, tmp_path):
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     recorded = {r["metric"] for r in rows if r["split"] == "test"}
     diagnostics = {"attention_entropy", "attention_saturation", "head_similarity"}
-    assert diagnostics | {"attention_max_logit"} <= recorded
-    entropy = [r["value"] for r in rows if r["metric"] == "attention_entropy"]
-    assert all(0 <= e <= np.log(smoke_config.task.spec.seq_len) + 1e-6 for e in entropy)
+    diagnostics |= {"attention_max_logit", "attention_jacobian_norm", "attention_effective_rank"}
+    assert diagnostics <= recorded
+    values = {m: [r["value"] for r in rows if r["metric"] == m] for m in diagnostics}
+    assert all(0 <= v <= 1 for v in values["attention_jacobian_norm"])
+    assert all(
+        1 - 1e-5 <= v <= smoke_config.task.spec.seq_len for v in values["attention_effective_rank"]
+    )
+    max_entropy = np.log(smoke_config.task.spec.seq_len) + 1e-6
+    assert all(0 <= e <= max_entropy for e in values["attention_entropy"])
