@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 # Two-sided 95% quantiles of Student's t for 1..10 degrees of freedom; 1.96 beyond 30.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
@@ -67,6 +68,27 @@ def plot_curves(metrics: Sequence[dict[str, Any]], path: Path, title: str) -> No
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
     save_figure(fig, path, title)
+
+
+def plot_attention(maps: Sequence[Any], path: Path, title: str) -> None:
+    """Heatmaps of the first example's attention weights, one per layer and head
+    (``maps``: per layer ``[B, N, T, S]``)."""
+    heads = max(m.shape[1] for m in maps)
+    fig, axes = new_figure(len(maps), heads, squeeze=False, figsize=(3.2 * heads, 2.8 * len(maps)))
+    for layer, weights in enumerate(maps):
+        for head in range(heads):
+            ax = axes[layer, head]
+            if head >= weights.shape[1]:
+                ax.axis("off")
+                continue
+            image = ax.imshow(np.asarray(weights[0, head]), cmap="viridis", vmin=0, vmax=1)
+            ax.set(xlabel="key position", title=f"layer {layer} head {head}")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        axes[layer, 0].set_ylabel("query position")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="attention weight")
+    fig.suptitle(title)
+    fig.savefig(path, dpi=100)
 
 
 def new_figure(*grid: int, figsize: tuple[float, float], **kwargs: Any) -> tuple[Figure, Any]:

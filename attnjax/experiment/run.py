@@ -2,7 +2,8 @@
 
 ``<workdir>/`` holds ``config.json`` (the resolved config and the runs), ``metrics.jsonl``,
 ``results.csv`` (one row per run: seed, learning rate, parameter count, FLOPs per step, final
-metrics), ``report.md``, ``curves.png``, ``env.json`` and ``checkpoints/`` (orbax). Running the
+metrics), ``report.md``, ``curves.png``, ``attention.png`` (run 0's attention maps, for models
+with attention), ``env.json`` and ``checkpoints/`` (orbax). Running the
 same call again resumes from the last checkpoint and ends with the same results.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 import jax
 from flax import nnx
 
+from attnjax.analysis.pruning import attention_maps
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, from_dict
 from attnjax.experiment.trainer import EVAL_SPLITS, Runs, Trainer, collect, get_trainer
@@ -73,6 +75,11 @@ def train_and_evaluate(
     storage.write_json(workdir / "env.json", storage.environment())
     metrics = storage.read_jsonl(workdir / "metrics.jsonl")
     report.plot_curves(metrics, workdir / "curves.png", title=config.name)
+    batch = trainer.task.generate(jax.random.key(0), 1, config.task)
+    maps = attention_maps(_model(trainer, state[:2], run=0), batch)
+    if maps:
+        title = f"{config.name}: run 0 (seed {runs.seeds[0]}, lr {runs.learning_rates[0]:g})"
+        report.plot_attention(maps, workdir / "attention.png", title=title)
     (workdir / "report.md").write_text(report.run_report(config, results))
     return results
 
@@ -115,8 +122,17 @@ def load_run(
     checkpoints = storage.Checkpoints(workdir / "checkpoints")
     params, rest, _ = checkpoints.restore(template)
     checkpoints.close()
-    model = nnx.merge(trainer.graphdef, *jax.tree.map(lambda x: x[run], (params, rest)))
+    return (
+        config,
+        _model(trainer, (params, rest), run),
+        storage.read_jsonl(workdir / "metrics.jsonl"),
+    )
+
+
+def _model(trainer: Trainer, params_rest: tuple[Any, Any], run: int) -> nnx.Module:
+    """Run ``run``'s model from the vectorized ``(params, rest)``."""
+    model = nnx.merge(trainer.graphdef, *jax.tree.map(lambda x: x[run], params_rest))
     for _, module in nnx.iter_modules(model):
         if isinstance(module, MultiHeadAttention):
             module.sow_weights = False  # the trainer's recording switch, not the model's
-    return config, model, storage.read_jsonl(workdir / "metrics.jsonl")
+    return model

@@ -37,7 +37,8 @@ def test_run_folder_contents(reference_run):
     out, rows = reference_run
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "metrics.jsonl", "results.csv", "report.md", "curves.png",
-            "env.json", "checkpoints"} <= names  # fmt: skip
+            "attention.png", "env.json", "checkpoints"} <= names  # fmt: skip
+    assert (out / "attention.png").stat().st_size > 10_000  # a rendered heatmap, not blank
     assert [r["seed"] for r in rows] == [0, 1]
     assert rows[0]["params"] > 0 and rows[0]["flops_per_step"] > 0
     assert 0 <= rows[0]["test_accuracy"] <= 1
