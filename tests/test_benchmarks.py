@@ -1,0 +1,31 @@
+"""The README's benchmark commands run (on tiny sizes; the timings themselves are not tests)."""
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).parents[1]
+
+
+def _run(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, check=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": ""},
+    )  # fmt: skip
+    return result.stdout
+
+
+def test_attention_benchmark_prints_its_table():
+    printed = _run("benchmarks/attention.py", "--lengths", "64", "--repeats", "1",
+                   "--causal", "0", "--additive-max-length", "64")  # fmt: skip
+    rows = [line for line in printed.splitlines() if line.startswith("| ") and "64" in line]
+    names = [row.split("|")[1].strip() for row in rows]
+    assert names == ["jax.nn", "chunked", "additive dense", "additive chunked"] * 2
+    errors = [float(row.split("|")[-2]) for row in rows]
+    assert max(errors) < 1e-4  # every row agrees with its baseline
+
+
+def test_gpu_script_names_existing_files():
+    script = (ROOT / "benchmarks" / "gpu.sh").read_text()
+    assert "tests/test_pallas_gpu.py" in script and (ROOT / "tests/test_pallas_gpu.py").is_file()
+    assert "benchmarks/attention.py" in script
