@@ -80,8 +80,6 @@ def pallas_attention(
         window=mask_spec.window,
         segments=segments is not None,
         interpret=jax.default_backend() != "gpu",
-        num_query_blocks=tq // blocks.block_q,
-        num_key_blocks=ts // blocks.block_k,
         num_warps=4 if additive or q.shape[-1] <= 64 else 8,
     )
     out, lse = flash(config, q, k, v, w, info, segments)

@@ -107,8 +107,6 @@ class Config:
     window: tuple[int, int] | None
     segments: bool
     interpret: bool
-    num_query_blocks: int
-    num_key_blocks: int
     num_warps: int = 4
     num_stages: int = 2
 
@@ -151,12 +149,12 @@ def _refs(config, refs, count):
     return head, w, *segs, rest
 
 
-def _key_blocks(config, info, q_start):
+def _key_blocks(config, info, q_start, num_k_blocks):
     """``(lo, full_lo, full_hi, hi)``: the key blocks a query block visits; those in
     ``[full_lo, full_hi)`` need no mask (rows past the query length are fixed separately)."""
     bq, bk = config.blocks.block_q, config.blocks.block_k
     spec = _spec(config, info[0])
-    lo, hi = key_block_range(spec, q_start, bq, bk, config.num_key_blocks)
+    lo, hi = key_block_range(spec, q_start, bq, bk, num_k_blocks)
     hi = jnp.minimum(hi, pl.cdiv(info[2], bk))
     if config.segments:
         return lo, hi, hi, hi
@@ -164,11 +162,11 @@ def _key_blocks(config, info, q_start):
     return lo, full_lo, jnp.maximum(full_lo, jnp.minimum(full_hi, info[2] // bk)), hi
 
 
-def _query_blocks(config, info, k_start):
+def _query_blocks(config, info, k_start, num_q_blocks):
     """``(lo, full_lo, full_hi, hi)``: the query blocks that see a key block, as above."""
     bq, bk = config.blocks.block_q, config.blocks.block_k
     spec = _spec(config, info[0])
-    lo, hi = query_block_range(spec, k_start, bq, bk, config.num_query_blocks)
+    lo, hi = query_block_range(spec, k_start, bq, bk, num_q_blocks)
     hi = jnp.minimum(hi, pl.cdiv(info[1], bq))
     if config.segments:
         return lo, hi, hi, hi
@@ -193,18 +191,24 @@ def _forward_kernel(config, *refs):
             keys = pl.ds(j * bk, bk)
             k_seg = None if ks_ref is None else ks_ref[keys]
             s = config.tile_score.logits(q, k_ref[keys, :], w)
-            mask = _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
+            mask = (
+                _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
+                if masked
+                else None
+            )
             return online_step(
                 carry,
                 s,
-                mask if masked else None,
+                mask,
                 lambda p: _dot(p.astype(v_ref.dtype), v_ref[keys, :], (1, 0)),
             )
 
         return step
 
     init = online_init((bq,), v_ref.shape[-1])
-    out, lse = online_finish(split_loop(*_key_blocks(config, info, q_start), body, init))
+    out, lse = online_finish(
+        split_loop(*_key_blocks(config, info, q_start, k_ref.shape[0] // bk), body, init)
+    )
     valid = q_idx < info[1]  # unmasked tiles also fill rows past the query length
     o_ref[...] = jnp.where(valid[:, None], out, 0.0).astype(o_ref.dtype)
     lse_ref[...] = jnp.where(valid, lse, -jnp.inf)
@@ -228,9 +232,12 @@ def _dkv_kernel(config, *refs):
             rows = pl.ds(i * bq, bq)
             q, do = q_ref[rows, :], do_ref[rows, :]
             q_seg = None if qs_ref is None else qs_ref[rows]
-            mask = _mask(config, info, i * bq + jnp.arange(bq), k_idx, q_seg, k_seg)
-            logits = config.tile_score.logits(q, k, w)
-            p = recomputed_probs(logits, lse_ref[rows], mask if masked else None)
+            mask = (
+                _mask(config, info, i * bq + jnp.arange(bq), k_idx, q_seg, k_seg)
+                if masked
+                else None
+            )
+            p = recomputed_probs(config.tile_score.logits(q, k, w), lse_ref[rows], mask)
             dv = dv + _dot(p.astype(do.dtype), do, (0, 0))
             ds = p * (_dot(do, v, (1, 1)) - delta_ref[rows][:, None])
             dk_t, dw_t = config.tile_score.grad_k_w(ds, q, k, w)
@@ -240,7 +247,7 @@ def _dkv_kernel(config, *refs):
 
     dw = None if w_ref is None else jnp.zeros(w.shape, jnp.float32)
     init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32), dw)
-    dk, dv, dw = split_loop(*_query_blocks(config, info, k_start), body, init)
+    dk, dv, dw = split_loop(*_query_blocks(config, info, k_start, q_ref.shape[0] // bq), body, init)
     dk_ref[...] = dk
     dv_ref[...] = dv
     if dw_ref:
@@ -268,16 +275,19 @@ def _dq_kernel(config, *refs):
             keys = pl.ds(j * bk, bk)
             k = k_ref[keys, :]
             k_seg = None if ks_ref is None else ks_ref[keys]
-            mask = _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
-            logits = config.tile_score.logits(q, k, w)
-            p = recomputed_probs(logits, lse, mask if masked else None)
+            mask = (
+                _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
+                if masked
+                else None
+            )
+            p = recomputed_probs(config.tile_score.logits(q, k, w), lse, mask)
             ds = p * (_dot(do, v_ref[keys, :], (1, 1)) - delta[:, None])
             return dq + config.tile_score.grad_q(ds, q, k, w)
 
         return step
 
     init = jnp.zeros(q.shape, jnp.float32)
-    dq_ref[...] = split_loop(*_key_blocks(config, info, q_start), body, init)
+    dq_ref[...] = split_loop(*_key_blocks(config, info, q_start, k_ref.shape[0] // bk), body, init)
 
 
 def _specs(config, shapes, program_axis):

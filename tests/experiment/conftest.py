@@ -4,7 +4,6 @@ import pytest
 
 from attnjax.cli import main
 from attnjax.experiment import load_file
-from attnjax.experiment.sweep import VERDICTS
 
 
 @pytest.fixture(scope="session")
@@ -20,16 +19,12 @@ EXPERIMENTS = pathlib.Path(__file__).parents[2] / "experiments"
 
 @pytest.fixture
 def run_smoke(tmp_path, capsys):
-    """``run_smoke(name, outputs)``: ``attnjax sweep experiments/<name>.py --smoke`` prints a
-    verdict and writes every file of ``outputs`` (analyze() writes analysis.md, a sweep
-    report.md) non-empty."""
+    """``run_smoke(name) -> (printed lowercase, out folder)`` of
+    ``attnjax sweep experiments/<name>.py --smoke --seeds 1``."""
 
-    def run(name: str, outputs: list[str]) -> None:
+    def run(name: str) -> tuple[str, pathlib.Path]:
         args = ["sweep", str(EXPERIMENTS / f"{name}.py"), "--smoke", "--seeds", "1"]
         main([*args, "--out", str(tmp_path)])
-        printed = capsys.readouterr().out.lower()
-        assert any(f"verdict: {v}." in printed for v in VERDICTS)
-        for output in outputs:
-            assert (tmp_path / output).stat().st_size > 0
+        return capsys.readouterr().out.lower(), tmp_path
 
     return run

@@ -5,6 +5,8 @@ two test workers (``--dist loadfile``) share the load."""
 
 import pytest
 
+from attnjax.experiment.sweep import VERDICTS
+
 OUTPUTS = {
     "activation": ["analysis.md", "activation.png"],
     "dk_scaling": ["analysis.md", "dk_scaling_init.png", "report.md", "summary.png"],
@@ -16,4 +18,7 @@ OUTPUTS = {
 
 @pytest.mark.parametrize("name", sorted(OUTPUTS))
 def test_smoke_end_to_end(name, run_smoke):
-    run_smoke(name, OUTPUTS[name])
+    printed, out = run_smoke(name)
+    assert any(f"verdict: {v}." in printed for v in VERDICTS)
+    for output in OUTPUTS[name]:  # analyze() writes analysis.md, a sweep report.md
+        assert (out / output).stat().st_size > 0
