@@ -2,7 +2,7 @@
 blocks and stacks, RNN/CNN baselines, and ``build(ModelConfig, rngs)``."""
 
 from attnjax.nn.attention import HeadGate, MultiHeadAttention
-from attnjax.nn.baselines import CausalCnn, Rnn
+from attnjax.nn.baselines import CausalCnn, Rnn, shifted_matmul_conv
 from attnjax.nn.config import MODELS, ModelConfig, build, register
 from attnjax.nn.models import InputEmbedding, Transformer
 from attnjax.nn.positional import Learned, Sinusoidal, rope, sinusoidal
@@ -30,5 +30,6 @@ __all__ = [
     "make_score",
     "register",
     "rope",
+    "shifted_matmul_conv",
     "sinusoidal",
 ]

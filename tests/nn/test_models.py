@@ -126,3 +126,29 @@ def test_inputs_must_match_the_embedding():
     model = ann.build(BASE, nnx.Rngs(0))
     with pytest.raises(ValueError, match="inputs: embedding='tokens' expects int"):
         model({"inputs": FEATURES})
+
+
+@pytest.mark.parametrize("dilation", [1, 4])
+def test_shifted_matmul_conv_matches_lax_convolution_and_its_gradients(dilation):
+    x = jax.random.normal(jax.random.key(5), (B, 11, 4))
+    kernel = jax.random.normal(jax.random.key(6), (3, 4, 5))
+
+    def conv(impl, x, kernel):
+        dims = jax.lax.conv_dimension_numbers(x.shape, kernel.shape, ("NWC", "WIO", "NWC"))
+        return impl(x, kernel, (1,), "VALID", rhs_dilation=(dilation,), dimension_numbers=dims)
+
+    def loss(impl, x, kernel):
+        return jnp.sum(jnp.sin(conv(impl, x, kernel)))
+
+    expected = conv(jax.lax.conv_general_dilated, x, kernel)
+    assert expected.shape == (B, 11 - 2 * dilation, 5)
+    np.testing.assert_allclose(conv(ann.shifted_matmul_conv, x, kernel), expected, atol=1e-5)
+    grads = jax.grad(loss, argnums=(1, 2))
+    got, want = (
+        grads(ann.shifted_matmul_conv, x, kernel),
+        grads(jax.lax.conv_general_dilated, x, kernel),
+    )
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-4)
+    with pytest.raises(ValueError, match="stride 1"):
+        ann.shifted_matmul_conv(x, kernel, (2,), "VALID", rhs_dilation=(1,))
