@@ -26,5 +26,6 @@ def get_config(variant: str | None = None) -> ExperimentConfig:
             eval_every=10 if smoke else 150,
             batch_size=64,
             eval_batch_size=128 if smoke else 1024,
+            fast_compile=smoke,  # 600 steps: optimized programs pay back their compile time
         ),
     )

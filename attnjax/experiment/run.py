@@ -15,11 +15,12 @@ from typing import Any
 
 import jax
 from flax import nnx
+from jaxtyping import Array
 
 from attnjax.analysis.pruning import attention_maps
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, from_dict
-from attnjax.experiment.trainer import EVAL_SPLITS, Runs, Trainer, collect, get_trainer
+from attnjax.experiment.trainer import EVAL_SPLITS, QUICK, Runs, Trainer, collect, get_trainer
 from attnjax.nn import MultiHeadAttention
 
 
@@ -58,25 +59,27 @@ def train_and_evaluate(
         state = checkpoints.restore(state)
     log = storage.MetricsLog(workdir / "metrics.jsonl", resume_step=start)
     train = config.train
+    final = None  # the last evaluation, when this call trained
     for step in range(start, train.steps, train.eval_every):
         state, losses = trainer.train_chunk(state, runs, lrs, step)
         end = step + train.eval_every
+        final = {split: trainer.evaluate(state, split) for split in EVAL_SPLITS}
         rows = collect({"loss": jax.device_get(losses)}, runs, step=end, split="train")
-        for split in EVAL_SPLITS:
-            rows += collect(trainer.evaluate(state, split), runs, step=end, split=split)
+        for split, metrics in final.items():
+            rows += collect(metrics, runs, step=end, split=split)
         log.append(rows)
         checkpoints.save(end, state)
         if progress:
             progress(end, train.steps)
     checkpoints.close()
 
-    results = _results(trainer, state, runs, dict(fields or {}))
+    final = final or {split: trainer.evaluate(state, split) for split in EVAL_SPLITS}
+    results = _results(trainer, final, runs, dict(fields or {}))
     storage.write_csv(workdir / "results.csv", results)
     storage.write_json(workdir / "env.json", storage.environment())
     metrics = storage.read_jsonl(workdir / "metrics.jsonl")
     report.plot_curves(metrics, workdir / "curves.png", title=config.name)
-    batch = trainer.task.generate(jax.random.key(0), 1, config.task)
-    maps = attention_maps(_model(trainer, state[:2], run=0), batch)
+    maps = _attention_maps(trainer, state[:2], run=0)
     if maps:
         title = f"{config.name}: run 0 (seed {runs.seeds[0]}, lr {runs.learning_rates[0]:g})"
         report.plot_attention(maps, workdir / "attention.png", title=title)
@@ -97,9 +100,10 @@ def _prepare(workdir: Path, record: dict[str, Any], overwrite: bool) -> None:
     storage.write_json(path, record)
 
 
-def _results(trainer: Trainer, state, runs: Runs, fields: dict[str, Any]) -> list[dict[str, Any]]:
+def _results(
+    trainer: Trainer, final: dict[str, dict[str, Any]], runs: Runs, fields: dict[str, Any]
+) -> list[dict[str, Any]]:
     params, flops = trainer.param_count(), trainer.flops_per_step()
-    final = {split: trainer.evaluate(state, split) for split in EVAL_SPLITS}
     return [
         fields
         | {"seed": seed, "learning_rate": lr, "params": params, "flops_per_step": flops}
@@ -127,6 +131,16 @@ def load_run(
         _model(trainer, (params, rest), run),
         storage.read_jsonl(workdir / "metrics.jsonl"),
     )
+
+
+def _attention_maps(trainer: Trainer, params_rest: tuple[Any, Any], run: int) -> list[Array]:
+    """Run ``run``'s attention weights ``[1, N, T, S]`` per layer on one example (key 0)."""
+
+    def maps(params_rest):
+        batch = trainer.task.generate(jax.random.key(0), 1, trainer.config.task)
+        return attention_maps(_model(trainer, params_rest, run), batch)
+
+    return jax.jit(maps, compiler_options=QUICK)(params_rest)
 
 
 def _model(trainer: Trainer, params_rest: tuple[Any, Any], run: int) -> nnx.Module:

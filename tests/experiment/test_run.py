@@ -33,14 +33,16 @@ def _train_losses(path, step):
     }
 
 
-def test_run_folder_contents(reference_run):
+def test_run_folder_contents(smoke_config, reference_run):
     out, rows = reference_run
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "metrics.jsonl", "results.csv", "report.md", "curves.png",
             "attention.png", "env.json", "checkpoints"} <= names  # fmt: skip
     assert (out / "attention.png").stat().st_size > 10_000  # a rendered heatmap, not blank
     assert [r["seed"] for r in rows] == [0, 1]
-    assert rows[0]["params"] > 0 and rows[0]["flops_per_step"] > 0
+    # a step's forward pass alone multiplies every parameter with every example at least once
+    batch_size = smoke_config.train.batch_size
+    assert rows[0]["flops_per_step"] > 2 * batch_size * rows[0]["params"] > 0
     assert 0 <= rows[0]["test_accuracy"] <= 1
     env = json.loads((out / "env.json").read_text())
     assert env["jax"] == jax.__version__ and env["device_count"] == jax.device_count()
