@@ -100,9 +100,18 @@ def shifted_matmul_conv(
     padding after the causal pad, stride 1, ungrouped, channels last) as ``K`` shifted matmuls.
     On CPU, XLA computes a dilated convolution's kernel gradient inside ``lax.scan`` (the fused
     training steps) about 25× slower than these matmuls. Other keywords must be ``None``."""
+    channels_last = jax.lax.conv_dimension_numbers(
+        inputs.shape, kernel.shape, ("NWC", "WIO", "NWC")
+    )
     layout = (window_strides, padding, lhs_dilation, feature_group_count)
-    if layout != ((1,), "VALID", (1,), 1) or any(v is not None for v in unused.values()):
-        raise ValueError("shifted_matmul_conv supports 1-D, VALID, stride 1, ungrouped only")
+    if (
+        layout != ((1,), "VALID", (1,), 1)
+        or dimension_numbers not in (None, channels_last)
+        or any(v is not None for v in unused.values())
+    ):
+        raise ValueError(
+            "shifted_matmul_conv supports 1-D, VALID, stride 1, ungrouped, channels last only"
+        )
     (d,), k = rhs_dilation, kernel.shape[0]
     length = inputs.shape[-2] - d * (k - 1)
     return sum(

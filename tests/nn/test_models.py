@@ -152,3 +152,8 @@ def test_shifted_matmul_conv_matches_lax_convolution_and_its_gradients(dilation)
         np.testing.assert_allclose(g, w, atol=1e-4)
     with pytest.raises(ValueError, match="stride 1"):
         ann.shifted_matmul_conv(x, kernel, (2,), "VALID", rhs_dilation=(1,))
+    channels_first = jax.lax.conv_dimension_numbers(x.shape, kernel.shape, ("NCW", "WIO", "NCW"))
+    with pytest.raises(ValueError, match="channels last"):
+        ann.shifted_matmul_conv(
+            x, kernel, (1,), "VALID", rhs_dilation=(1,), dimension_numbers=channels_first
+        )
