@@ -45,8 +45,8 @@ class ForcedLogits(Trainer):
         self.kappas = jnp.asarray(kappas, jnp.float32)
         super().__init__(config)
 
-    def _model(self, key: jax.Array) -> nnx.Module:
-        model = super()._model(key)
+    def build_model(self, key: jax.Array) -> nnx.Module:
+        model = super().build_model(key)
         for _, module in nnx.iter_modules(model):
             if isinstance(module, nn.MultiHeadAttention):
                 scale = jnp.full((module.num_heads,), math.sqrt(module.head_dim))

@@ -75,14 +75,16 @@ class Trainer:
         self.config = config
         self.task = tasks.get(task_name(config.task))
         self.tx = optimizer(config.optim, config.train.steps)
-        self.graphdef = nnx.graphdef(nnx.eval_shape(lambda: self._model(jax.random.key(0))))
+        self.graphdef = nnx.graphdef(nnx.eval_shape(lambda: self.build_model(jax.random.key(0))))
         options = QUICK if config.train.fast_compile else OPTIMIZED
         jit = functools.partial(jax.jit, compiler_options=options)
         self._init = jax.jit(jax.vmap(self._init_one), compiler_options=QUICK)  # runs once
         self._chunk = jit(jax.vmap(self._chunk_one, in_axes=(0, 0, 0, None)))
         self._eval = jit(jax.vmap(self._eval_one, in_axes=(0, 0, None)))
 
-    def _model(self, key: Array) -> nnx.Module:
+    def build_model(self, key: Array) -> nnx.Module:
+        """One run's model from its init ``key``, recording attention weights when the loss or
+        the diagnostics read them. Subclasses may override it to change every run's model."""
         model = nn.build(self.config.model, nnx.Rngs(key))
         train = self.config.train
         if train.diagnostics or train.diversity != "none":
@@ -93,7 +95,7 @@ class Trainer:
 
     def _init_one(self, seed: Array) -> tuple[Any, Any, Any]:
         key = jax.random.fold_in(jax.random.key(seed), 1)
-        _, params, rest = nnx.split(self._model(key), nnx.Param, ...)
+        _, params, rest = nnx.split(self.build_model(key), nnx.Param, ...)
         return params, rest, self.tx.init(params)
 
     def _forward(
@@ -176,7 +178,7 @@ class Trainer:
         return {k: np.asarray(v) for k, v in metrics.items()}
 
     def param_count(self) -> int:
-        model = nnx.eval_shape(lambda: self._model(jax.random.key(0)))
+        model = nnx.eval_shape(lambda: self.build_model(jax.random.key(0)))
         return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
     def flops_per_step(self) -> float:
