@@ -46,7 +46,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sweep", action="store_true", help="also time the full XOR sweep")
     parser.add_argument(
-        "--optimized", action="store_true", help="XLA backend optimization on (fast_compile off)"
+        "--optimized",
+        action="store_true",
+        help="XLA backend optimization level 1 (fast_compile off)",
     )
     args = parser.parse_args()
 

@@ -18,6 +18,6 @@ def get_config(variant: str | None = None) -> ExperimentConfig:
             eval_every=10 if smoke else 150,
             batch_size=64,
             eval_batch_size=32 if smoke else 1024,
-            fast_compile=smoke,  # long runs: compile once with full optimization
+            fast_compile=smoke,  # long runs: optimized programs (XLA level 1)
         ),
     )

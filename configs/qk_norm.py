@@ -43,6 +43,6 @@ def get_config(variant: str | None = None) -> ExperimentConfig:
             eval_batch_size=32 if smoke else 256,
             z_loss=1e-4,
             diagnostics=True,
-            fast_compile=smoke,  # long runs: compile once with full optimization
+            fast_compile=smoke,  # long runs: optimized programs (XLA level 1)
         ),
     )

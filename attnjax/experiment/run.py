@@ -73,7 +73,8 @@ def train_and_evaluate(
             progress(end, train.steps)
     checkpoints.close()
 
-    final = final or {split: trainer.evaluate(state, split) for split in EVAL_SPLITS}
+    if final is None:  # a finished run, invoked again
+        final = {split: trainer.evaluate(state, split) for split in EVAL_SPLITS}
     results = _results(trainer, final, runs, dict(fields or {}))
     storage.write_csv(workdir / "results.csv", results)
     storage.write_json(workdir / "env.json", storage.environment())

@@ -90,28 +90,28 @@ def shifted_matmul_conv(
     padding: str,
     *,
     rhs_dilation: tuple[int],
+    dimension_numbers: jax.lax.ConvDimensionNumbers,
     lhs_dilation: tuple[int] = (1,),
     feature_group_count: int = 1,
     precision=None,
-    dimension_numbers=None,
     **unused,
-) -> Float[Array, "B T-d(K-1) O"]:
+) -> Float[Array, "B L O"]:
     """``lax.conv_general_dilated`` for what :class:`CausalCnn` asks of it (1-D, ``VALID``
-    padding after the causal pad, stride 1, ungrouped, channels last) as ``K`` shifted matmuls.
-    On CPU, XLA computes a dilated convolution's kernel gradient inside ``lax.scan`` (the fused
-    training steps) about 25× slower than these matmuls. Other keywords must be ``None``."""
+    padding after the causal pad, stride 1, ungrouped, channels last) as ``K`` shifted matmuls;
+    ``L = T - d(K - 1)`` for dilation ``d``. On CPU, XLA computes a dilated convolution's kernel
+    gradient inside ``lax.scan`` (the fused training steps) about 30× slower than outside it;
+    these matmuls are not slowed down. Other keywords must be ``None``."""
+    error = "shifted_matmul_conv supports 1-D, VALID, stride 1, ungrouped, channels last only"
+    if inputs.ndim != 3 or kernel.ndim != 3:
+        raise ValueError(error)
     channels_last = jax.lax.conv_dimension_numbers(
         inputs.shape, kernel.shape, ("NWC", "WIO", "NWC")
     )
-    layout = (window_strides, padding, lhs_dilation, feature_group_count)
-    if (
-        layout != ((1,), "VALID", (1,), 1)
-        or dimension_numbers not in (None, channels_last)
-        or any(v is not None for v in unused.values())
+    layout = (window_strides, padding, lhs_dilation, feature_group_count, dimension_numbers)
+    if layout != ((1,), "VALID", (1,), 1, channels_last) or any(
+        v is not None for v in unused.values()
     ):
-        raise ValueError(
-            "shifted_matmul_conv supports 1-D, VALID, stride 1, ungrouped, channels last only"
-        )
+        raise ValueError(error)
     (d,), k = rhs_dilation, kernel.shape[0]
     length = inputs.shape[-2] - d * (k - 1)
     return sum(

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -51,6 +52,16 @@ def test_run_folder_contents(smoke_config, reference_run):
 
 
 def test_rerun_reproduces_results_exactly(smoke_config, reference_run, tmp_path):
+    train_and_evaluate(smoke_config, tmp_path, num_seeds=2)
+    first = (reference_run[0] / "results.csv").read_text()
+    assert (tmp_path / "results.csv").read_text() == first
+
+
+def test_finished_run_invoked_again_rewrites_the_same_results(
+    smoke_config, reference_run, tmp_path
+):
+    shutil.copytree(reference_run[0], tmp_path, dirs_exist_ok=True)
+    (tmp_path / "results.csv").unlink()
     train_and_evaluate(smoke_config, tmp_path, num_seeds=2)
     first = (reference_run[0] / "results.csv").read_text()
     assert (tmp_path / "results.csv").read_text() == first

@@ -133,8 +133,9 @@ def test_shifted_matmul_conv_matches_lax_convolution_and_its_gradients(dilation)
     x = jax.random.normal(jax.random.key(5), (B, 11, 4))
     kernel = jax.random.normal(jax.random.key(6), (3, 4, 5))
 
+    dims = jax.lax.conv_dimension_numbers(x.shape, kernel.shape, ("NWC", "WIO", "NWC"))
+
     def conv(impl, x, kernel):
-        dims = jax.lax.conv_dimension_numbers(x.shape, kernel.shape, ("NWC", "WIO", "NWC"))
         return impl(x, kernel, (1,), "VALID", rhs_dilation=(dilation,), dimension_numbers=dims)
 
     def loss(impl, x, kernel):
@@ -150,10 +151,9 @@ def test_shifted_matmul_conv_matches_lax_convolution_and_its_gradients(dilation)
     )
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, atol=1e-4)
-    with pytest.raises(ValueError, match="stride 1"):
-        ann.shifted_matmul_conv(x, kernel, (2,), "VALID", rhs_dilation=(1,))
     channels_first = jax.lax.conv_dimension_numbers(x.shape, kernel.shape, ("NCW", "WIO", "NCW"))
-    with pytest.raises(ValueError, match="channels last"):
-        ann.shifted_matmul_conv(
-            x, kernel, (1,), "VALID", rhs_dilation=(1,), dimension_numbers=channels_first
-        )
+    for strides, layout in [((2,), dims), ((1,), channels_first), ((1,), None)]:
+        with pytest.raises(ValueError, match="stride 1, ungrouped, channels last"):
+            ann.shifted_matmul_conv(
+                x, kernel, strides, "VALID", rhs_dilation=(1,), dimension_numbers=layout
+            )
