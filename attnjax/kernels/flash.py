@@ -116,8 +116,11 @@ def _info(info_ref):
     return info_ref[0], info_ref[1], info_ref[2]
 
 
-def _mask(config, info, q_idx, k_idx, q_seg, k_seg):
-    """The tile's mask ``[bq, bk]`` from the shared rules, lengths and segment ids."""
+def _mask(config, masked, info, q_idx, k_idx, q_seg, k_seg):
+    """The tile's mask ``[bq, bk]`` from the shared rules, lengths and segment ids; ``None``
+    for an unmasked (fully visible) tile."""
+    if not masked:
+        return None
     offset, q_len, k_len = info
     spec = dataclasses.replace(
         _spec(config, offset),
@@ -191,11 +194,7 @@ def _forward_kernel(config, *refs):
             keys = pl.ds(j * bk, bk)
             k_seg = None if ks_ref is None else ks_ref[keys]
             s = config.tile_score.logits(q, k_ref[keys, :], w)
-            mask = (
-                _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
-                if masked
-                else None
-            )
+            mask = _mask(config, masked, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
             return online_step(
                 carry,
                 s,
@@ -232,11 +231,7 @@ def _dkv_kernel(config, *refs):
             rows = pl.ds(i * bq, bq)
             q, do = q_ref[rows, :], do_ref[rows, :]
             q_seg = None if qs_ref is None else qs_ref[rows]
-            mask = (
-                _mask(config, info, i * bq + jnp.arange(bq), k_idx, q_seg, k_seg)
-                if masked
-                else None
-            )
+            mask = _mask(config, masked, info, i * bq + jnp.arange(bq), k_idx, q_seg, k_seg)
             p = recomputed_probs(config.tile_score.logits(q, k, w), lse_ref[rows], mask)
             dv = dv + _dot(p.astype(do.dtype), do, (0, 0))
             ds = p * (_dot(do, v, (1, 1)) - delta_ref[rows][:, None])
@@ -275,11 +270,7 @@ def _dq_kernel(config, *refs):
             keys = pl.ds(j * bk, bk)
             k = k_ref[keys, :]
             k_seg = None if ks_ref is None else ks_ref[keys]
-            mask = (
-                _mask(config, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
-                if masked
-                else None
-            )
+            mask = _mask(config, masked, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
             p = recomputed_probs(config.tile_score.logits(q, k, w), lse, mask)
             ds = p * (_dot(do, v_ref[keys, :], (1, 1)) - delta[:, None])
             return dq + config.tile_score.grad_q(ds, q, k, w)
