@@ -10,7 +10,8 @@ import jax.numpy as jnp
 
 from attnjax import experiment
 from attnjax.attention import attention
-from attnjax.experiment.sweep import summary_table
+from attnjax.experiment import record, storage
+from attnjax.experiment.sweep import edge_points, summary_table
 from attnjax.scores import dot, scaled_dot
 
 
@@ -87,30 +88,43 @@ def run(args: argparse.Namespace) -> None:
 
 
 def sweep(args: argparse.Namespace) -> None:
-    """Run an experiment file: its ``analyze(out, smoke)`` (measurements without training)
-    and/or its ``get_experiment(smoke)`` sweep, each printing a table and a verdict."""
+    """Run an experiment file: its ``analyze(out, smoke)`` (measurements, and training of its
+    own) and/or its ``get_experiment(smoke)`` sweep; write the record (``report.md`` with a
+    verdict line per claim, ``results.csv``, ``env.json``) and, with ``--publish``, copy it
+    to ``results/<experiment>/``."""
     module = experiment.load_file(args.experiment)
     if not hasattr(module, "analyze") and not hasattr(module, "get_experiment"):
         raise SystemExit(f"{args.experiment}: defines neither analyze() nor get_experiment()")
-    out = args.out or Path("runs") / Path(args.experiment).stem
+    name = Path(args.experiment).stem
+    out = args.out or Path("runs") / name
+    out.mkdir(parents=True, exist_ok=True)
+    verdicts, bodies = {}, []
     if hasattr(module, "analyze"):
-        out.mkdir(parents=True, exist_ok=True)
-        table, verdict, reason = module.analyze(out, args.smoke)
-        text = f"# {out.name}: analysis\n\n{table}\n\n**Verdict: {verdict}.** {reason}\n"
-        (out / "analysis.md").write_text(text)
-        print(f"\n{text}\nanalysis and plots: {out}")
-    if not hasattr(module, "get_experiment"):
-        return
-    exp = module.get_experiment(smoke=args.smoke)
-    summary, verdict, reason = experiment.sweep(
-        exp, out, num_seeds=args.seeds, overwrite=args.overwrite,
-        workers=args.workers,
-        progress=_point_progress,
-    )  # fmt: skip
-    print(f"\n{exp.name}: {exp.claim}\n")
-    print(summary_table(summary, exp.metric))
-    print(f"verdict: {verdict}. {reason}")
-    print(f"report: {Path(out) / 'report.md'}")
+        analysis = module.analyze(out, args.smoke)
+        storage.write_csv(out / analysis.csv_name, analysis.rows)
+        verdicts |= analysis.verdicts
+        bodies.append(analysis.body)
+        print(f"\n{analysis.body}")
+    if hasattr(module, "get_experiment"):
+        exp = module.get_experiment(smoke=args.smoke)
+        outcome = experiment.sweep(
+            exp, out, num_seeds=args.seeds, overwrite=args.overwrite, workers=args.workers,
+            progress=_point_progress,
+        )  # fmt: skip
+        verdicts[outcome.claim_id] = (outcome.verdict, outcome.reason)
+        bodies.append(outcome.body)
+        print(f"\n{exp.name}: {exp.claim}\n")
+        print(summary_table(outcome.summary, exp))
+        for point in edge_points(outcome.summary) if len(exp.learning_rates or ()) > 1 else []:
+            print(f"best learning rate at the edge of the grid: {point}")
+    record.write_report(out, verdicts, bodies)
+    storage.write_json(out / "env.json", record.environment(args.argv))
+    print(record.verdict_lines(verdicts), end="")
+    print(f"report: {out / 'report.md'}")
+    if args.publish:
+        dest = Path("results") / name
+        record.publish(out, dest)
+        print(f"published: {dest}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -131,11 +145,16 @@ def main(argv: list[str] | None = None) -> None:
     commands.choices["sweep"].add_argument(
         "--workers", type=int, default=2, help="points trained in parallel (threads)"
     )
+    commands.choices["sweep"].add_argument(
+        "--publish", action="store_true",
+        help="copy the record (report, tables, figures, env.json) to results/<experiment>/",
+    )  # fmt: skip
     commands.choices["run"].add_argument(
         "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
         help="override a config field; the value is parsed as a Python literal",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv
     {"demo": lambda _: demo(), "run": run, "sweep": sweep}[args.command](args)
 
 

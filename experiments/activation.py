@@ -10,6 +10,7 @@ import numpy as np
 from flax import nnx
 
 from attnjax import analysis
+from attnjax.experiment import record
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 from attnjax.nn.scores import make_score
 
@@ -41,7 +42,7 @@ def init_stats(score: str, bias: float | None, scale: float, samples: int) -> di
     }
 
 
-def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
+def analyze(out: Path, smoke: bool) -> record.Analysis:
     """Entropy, dead and saturated hidden units at initialization for tanh/relu × bias ×
     input scale (log 16 = 2.77 nats is uniform).
 
@@ -78,7 +79,9 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
         f"{'holds' if relu_claim else 'does not hold'}."
     )
     verdict = {2: "supported", 0: "refuted"}.get(bias_claim + relu_claim, "inconclusive")
-    return table, verdict, reason
+    rows = [{"point": f"score={s} bias={b} input_std={x}", "seed": 0, "score": s, "bias": b,
+             "input_std": x} | v for (s, b, x), v in stats.items()]  # fmt: skip
+    return record.analysis("activation", "S8", rows, table, (verdict, reason), ["activation.png"])
 
 
 def _plot(stats: dict, path: Path) -> None:

@@ -1,11 +1,11 @@
 """CLAIMS E7: attention gives every output an O(1) path to every input, so copy accuracy
 stays flat as the copy distance grows; a GRU's or LSTM's path grows with the distance and its
 accuracy decays; a causal CNN sees only its receptive field (4 layers, kernel 3, dilations
-1-8: 31 positions), so it fails beyond it."""
+1-8: 31 positions, computed from the model config), so it fails beyond it."""
 
 from pathlib import Path
 
-from attnjax.experiment import Experiment, Summary, grid, label, load_file
+from attnjax.experiment import Experiment, Summary, grid, label, load_file, with_overrides
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "copy.py"
 SOLVED, CHANCE = 0.9, 1 / 8
@@ -16,10 +16,9 @@ MODELS = (
     {"model.kind": "rnn", "model.cell": "lstm"},
     {"model.kind": "cnn", "model.layers": 4},
 )
-RECEPTIVE_FIELD = 31
 
 
-def verdict(summary: Summary) -> tuple[str, str]:
+def verdict(summary: Summary, receptive_field: int) -> tuple[str, str]:
     """Supported iff attention reaches ``SOLVED`` (mean) at every distance; for GRU and LSTM
     the interval at the largest distance lies below both their own at the smallest distance
     and attention's at the largest; and the CNN beyond its receptive field stays within 0.1
@@ -27,17 +26,17 @@ def verdict(summary: Summary) -> tuple[str, str]:
     at or above attention's. Otherwise inconclusive."""
 
     def at(model: dict, distance: int):
-        return summary[label(model | {"task.distance": distance})]
+        return summary[model | {"task.distance": distance}]
 
     near, far = DISTANCES[0], DISTANCES[-1]
     attention = [at(MODELS[0], d) for d in DISTANCES]
     rnns = MODELS[1:3]
-    cnn_far = [at(MODELS[3], d) for d in DISTANCES if d > RECEPTIVE_FIELD]
+    cnn_far = [at(MODELS[3], d) for d in DISTANCES if d > receptive_field]
     detail = (
         "; ".join(
             f"{label(m)}: " + ", ".join(f"{at(m, d).mean:.3f}" for d in DISTANCES) for m in MODELS
         )
-        + f" (distances {DISTANCES})."
+        + f" (distances {DISTANCES}; CNN receptive field {receptive_field})."
     )
     if any(at(m, far).lower >= attention[-1].upper for m in rnns):
         return "refuted", detail
@@ -49,12 +48,16 @@ def verdict(summary: Summary) -> tuple[str, str]:
 
 
 def get_experiment(smoke: bool = False) -> Experiment:
+    base = load_file(_CONFIG).get_config("smoke" if smoke else None)
+    field = with_overrides(base, MODELS[3]).model.receptive_field
     return Experiment(
         name="copy",
+        claim_id="E7",
         claim=" ".join(__doc__.split()),
-        base=load_file(_CONFIG).get_config("smoke" if smoke else None),
+        base=base,
         points=tuple(m | d for m in MODELS for d in grid(**{"task.distance": DISTANCES})),
         metric="accuracy",
-        verdict=verdict,
+        verdict=lambda summary: verdict(summary, field),
         learning_rates=(1e-3, 3e-3),
+        solved_at=SOLVED,
     )

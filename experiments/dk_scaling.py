@@ -12,7 +12,7 @@ import numpy as np
 from flax import nnx
 
 from attnjax import analysis
-from attnjax.experiment import Experiment, Summary, grid, load_file
+from attnjax.experiment import Experiment, Summary, grid, load_file, record
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 from attnjax.nn.scores import make_score
 
@@ -50,7 +50,7 @@ def init_logits(score: str, head_dim: int, num_samples: int, seed: int = 0) -> j
     return module.logits(q, k)[:, 0, 0]
 
 
-def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
+def analyze(out: Path, smoke: bool) -> record.Analysis:
     """S1 at initialization: Var, max weight, entropy and Jacobian norm per score and H.
 
     Verdict rule (declared before measuring): *supported* iff unscaled dot's Var/H is in
@@ -90,8 +90,14 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
         + "."
     )
     if all(checks.values()):
-        return table, "supported", reason
-    return table, "refuted" if dot[hi][1] < 0.6 else "inconclusive", reason
+        verdict = "supported"
+    else:
+        verdict = "refuted" if dot[hi][1] < 0.6 else "inconclusive"
+    names = ("variance", "max_weight", "entropy", "jacobian_norm")
+    rows = [{"point": f"score={s} H={h}", "seed": 0, "score": s, "head_dim": h}
+            | dict(zip(names, v, strict=True)) for (s, h), v in stats.items()]  # fmt: skip
+    return record.analysis("dk_scaling", "S1", rows, table, (verdict, reason),
+                           ["dk_scaling_init.png"], csv_name="analysis.csv")  # fmt: skip
 
 
 def _plot(stats: dict, dims: tuple[int, ...], path: Path) -> None:
@@ -116,8 +122,9 @@ def verdict(summary: Summary) -> tuple[str, str]:
     accuracy at w_max is more than ``DEGRADED`` below its accuracy at w_min. *Supported* iff
     unscaled dot degrades and neither scaled dot nor additive does; *refuted* if dot does not
     degrade, or scaled dot and additive degrade as well; else *inconclusive*."""
-    widths = sorted({int(name.split("width=")[1]) for name in summary})
-    acc = {(s, w): summary[f"score={s} width={w}"].mean for s in TRAIN_SCORES for w in widths}
+    widths = sorted({p["model.width"] for p, _ in summary})
+    acc = {(s, w): summary[{"model.score": s, "model.width": w}].mean
+           for s in TRAIN_SCORES for w in widths}  # fmt: skip
     drop = {s: acc[s, widths[0]] - acc[s, widths[-1]] for s in TRAIN_SCORES}
     degrades = {s: d > DEGRADED for s, d in drop.items()}
     reason = "accuracy drop from width {} to {}: {}.".format(
@@ -133,6 +140,7 @@ def verdict(summary: Summary) -> tuple[str, str]:
 def get_experiment(smoke: bool = False) -> Experiment:
     return Experiment(
         name="dk_scaling",
+        claim_id="S2",
         claim=" ".join(__doc__.split()),
         base=load_file(_CONFIG).get_config("smoke" if smoke else None),
         points=grid(**{"model.score": TRAIN_SCORES, "model.width": (8,) if smoke else WIDTHS}),

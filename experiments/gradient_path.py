@@ -10,6 +10,7 @@ import numpy as np
 from flax import nnx
 
 from attnjax import analysis
+from attnjax.experiment import record
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 from attnjax.nn import build
 
@@ -40,7 +41,7 @@ def far_near(curve: np.ndarray) -> float:
     return float(curve[-(len(curve) // 4) :].mean() / curve[1:5].mean())
 
 
-def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
+def analyze(out: Path, smoke: bool) -> record.Analysis:
     """Mean over seeds of the gradient norm at distance L, at initialization.
 
     Verdict rule (declared before measuring), with r = mean g over the last quarter of
@@ -51,8 +52,9 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
     The CNN is reported, not judged.
     """
     length, seeds = (16, 1) if smoke else (128, 5)
-    curves = {name: np.mean([gradient_by_distance(fields, length, s) for s in range(seeds)], 0)
-              for name, fields in MODELS.items()}  # fmt: skip
+    per_seed = {name: [gradient_by_distance(fields, length, s) for s in range(seeds)]
+                for name, fields in MODELS.items()}  # fmt: skip
+    curves = {name: np.mean(c, axis=0) for name, c in per_seed.items()}
     shown = [d for d in (1, 2, 4, 8, 16, 32, 64, 127) if d < length]
     table = markdown_table(
         ["model", *(f"L={d}" for d in shown), "r (far / near)"],
@@ -66,9 +68,15 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
     )
     rnn = (ratio["gru"], ratio["lstm"])
     if ratio["attention"] >= FLAT and max(rnn) <= DECAYED:
-        return table, "supported", reason
-    refuted = ratio["attention"] < DECAYED or max(rnn) >= FLAT
-    return table, "refuted" if refuted else "inconclusive", reason
+        verdict = "supported"
+    else:
+        refuted = ratio["attention"] < DECAYED or max(rnn) >= FLAT
+        verdict = "refuted" if refuted else "inconclusive"
+    rows = [{"point": n, "seed": s, "far_near_ratio": far_near(c)}
+            | {f"gradient_L{d}": float(c[d]) for d in range(length)}
+            for n, cs in per_seed.items() for s, c in enumerate(cs)]  # fmt: skip
+    return record.analysis("gradient_path", "E7", rows, table, (verdict, reason),
+                    ["gradient_path.png"])  # fmt: skip
 
 
 def _plot(curves: dict[str, np.ndarray], path: Path) -> None:

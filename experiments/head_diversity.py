@@ -13,7 +13,16 @@ from jaxtyping import Array, Float
 
 from attnjax import analysis, nn, tasks
 from attnjax.analysis.pruning import attention_maps
-from attnjax.experiment import Experiment, Stats, Summary, label, load_file, load_run, sweep
+from attnjax.experiment import (
+    Experiment,
+    Stats,
+    Summary,
+    label,
+    load_file,
+    load_run,
+    record,
+    sweep,
+)
 from attnjax.experiment.config import with_overrides
 from attnjax.experiment.report import fmt, markdown_table, mean_ci95, new_figure, save_figure
 from attnjax.nn.positional import sinusoidal
@@ -23,7 +32,6 @@ HEADS, WEIGHTS, SEEDS = (2, 4), (0.1, 1.0), 5
 PENALTIES = (("none", 0.0), *((p, w) for p in ("cosine", "orthogonality") for w in WEIGHTS))
 INPUTS = ("random", "identical", "zero", "identical + sinusoidal", "identical, RoPE")
 COLLAPSED = 0.999  # least similarity and entropy / log S of a collapsed layer
-LINEAR_LIMIT = 0.786  # CLAIMS E3: the best single linear ranking (experiments/min_of_keys.py)
 STATS = ("similarity", "query-row similarity", "entropy / log S")
 Point = tuple[int, str, float]  # heads, penalty, weight
 
@@ -98,12 +106,12 @@ def accuracy_verdict(summary: Summary, points: list[Point]) -> tuple[str, str]:
     """The sweep's secondary rule, on accuracy: a penalty *costs* accuracy if its interval lies
     below the unpenalized one of its head count. *Supported* (no cost) iff no penalized point
     costs; *refuted* iff every one does; else *inconclusive*."""
-    costs = _apart({k: summary[label(_overrides(k))] for k in points})
+    costs = _apart({k: summary[_overrides(k)] for k in points})
     reason = (
         "test accuracy: "
-        + "; ".join(f"{name} {s.mean:.3f}" for name, s in summary.items())
+        + "; ".join(f"{name} {s.mean:.3f}" for name, s in summary.labels().items())
         + f". Penalized points below the unpenalized interval: {sum(costs.values())} of "
-        f"{len(costs)} (accuracy part; head similarity and the M1 verdict: analysis.md)."
+        f"{len(costs)} (the accuracy side, reported beside the M1 verdict)."
     )
     if not any(costs.values()):
         return "supported", reason
@@ -116,6 +124,7 @@ def _experiment(smoke: bool) -> tuple[Experiment, list[Point]]:
               for p, w in (PENALTIES[::4] if smoke else PENALTIES)]  # fmt: skip
     experiment = Experiment(
         name="head_diversity",
+        claim_id="M1 accuracy",
         claim="M1, accuracy side: a head-diversity penalty does not cost accuracy.",
         base=load_file(_CONFIG).get_config("smoke" if smoke else None),
         points=tuple(_overrides(k) for k in points),
@@ -125,7 +134,7 @@ def _experiment(smoke: bool) -> tuple[Experiment, list[Point]]:
     return experiment, points
 
 
-def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
+def analyze(out: Path, smoke: bool) -> record.Analysis:
     """Heads on degenerate inputs at initialization, then a training sweep (``SEEDS`` seeds,
     vectorized; the CLI's ``--seeds`` does not apply) of head count × penalty × weight.
 
@@ -141,7 +150,8 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
     """
     experiment, points = _experiment(smoke)
     seeds = 1 if smoke else SEEDS
-    summary, _, _ = sweep(experiment, out, num_seeds=seeds)
+    outcome = sweep(experiment, out, num_seeds=seeds)
+    summary = outcome.summary
     init = {}
     for kind in INPUTS:
         stats = [module_stats(kind, s) for s in range(seeds)]
@@ -159,9 +169,10 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
                 stats = head_stats(attention_maps(m, degenerate(batch, kind))[0])
                 degenerate_min = min(degenerate_min, stats["similarity"], stats["entropy / log S"])
     similarity = {k: _stats([s["similarity"] for s in v]) for k, v in trained.items()}
-    _plot(summary, trained, init, points, out / "head_diversity.png")
-    rows = [[label(_overrides(k)), fmt(summary[label(_overrides(k))].mean,
-                                       summary[label(_overrides(k))].half_width),
+    limit = base.task.spec.baselines["single_direction_accuracy"]
+    _plot(summary, trained, init, points, limit, out / "head_diversity.png")
+    rows = [[label(_overrides(k)), fmt(summary[_overrides(k)].mean,
+                                       summary[_overrides(k)].half_width),
              *(fmt(*mean_ci95([s[name] for s in v])) for name in STATS)]
             for k, v in trained.items()]  # fmt: skip
     table = (
@@ -172,21 +183,30 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
             [[kind, *(f"{v[k]:.4f}" for k in STATS)] for kind, v in init.items()],
         )
     )
-    return table, *verdict(similarity, degenerate_min)
+    csv_rows = [
+        {"point": label(_overrides(k)), "seed": r} | s for k, v in trained.items()
+        for r, s in enumerate(v)
+    ] + [{"point": f"init inputs={kind}"} | v for kind, v in init.items()]  # fmt: skip
+    return record.analysis(
+        "head_diversity", "M1", csv_rows, f"{table}\n{outcome.body}",
+        verdict(similarity, degenerate_min), ["head_diversity.png"], csv_name="analysis.csv",
+    )  # fmt: skip
 
 
 def _stats(values: list[float]) -> Stats:
     return Stats(*mean_ci95(values), tuple(values), float("nan"), 0)
 
 
-def _plot(summary: Summary, trained: dict, init: dict, points: list[Point], path: Path) -> None:
+def _plot(
+    summary: Summary, trained: dict, init: dict, points: list[Point], limit: float, path: Path
+) -> None:
     fig, axes = new_figure(1, 3, figsize=(15, 4.2))
     names = [label(_overrides(k)).replace("diversity_weight=", "w=") for k in points]
     y = np.arange(len(points))
     for ax, values, xlabel in (
         (axes[0], [[s["similarity"] for s in trained[k]] for k in points],
          "head similarity on task inputs\n(mean pairwise cosine of the maps)"),
-        (axes[1], [summary[label(_overrides(k))].values for k in points], "test accuracy"),
+        (axes[1], [summary[_overrides(k)].values for k in points], "test accuracy"),
     ):  # fmt: skip
         errors = [0 if len(v) < 2 else mean_ci95(v)[1] for v in values]
         ax.errorbar([np.mean(v) for v in values], y, xerr=errors, fmt="o", capsize=3,
@@ -196,8 +216,8 @@ def _plot(summary: Summary, trained: dict, init: dict, points: list[Point], path
         ax.set_yticks(y, names if ax is axes[0] else [], fontsize=7)
         ax.set_ylim(len(points) - 0.5, -0.5)
         ax.set_xlabel(xlabel)
-    axes[1].axvline(LINEAR_LIMIT, color="gray", ls="--", lw=1,
-                    label=f"single-direction limit {LINEAR_LIMIT}")  # fmt: skip
+    axes[1].axvline(limit, color="gray", ls="--", lw=1,
+                    label=f"single-direction limit {limit:.3f}")  # fmt: skip
     for j, name in enumerate(("similarity", "entropy / log S")):
         axes[2].bar(np.arange(len(INPUTS)) + 0.4 * j, [init[k][name] for k in INPUTS], 0.4,
                     label=name)  # fmt: skip

@@ -10,7 +10,7 @@ from flax import nnx
 
 from attnjax import tasks
 from attnjax.analysis import pruning
-from attnjax.experiment import load_file, load_run, train_and_evaluate
+from attnjax.experiment import load_file, load_run, record, train_and_evaluate
 from attnjax.experiment.config import task_name
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 
@@ -29,7 +29,7 @@ def plateau(curve: list[tuple[float, float]]) -> float:
     return kept
 
 
-def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
+def analyze(out: Path, smoke: bool) -> record.Analysis:
     """Train the config, then prune one head per step by each order.
 
     The metric is the share of attention's gain kept, ``m = (bigram − loss) / (bigram −
@@ -73,7 +73,10 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
     rows = [[f"{f:.3f}", *(f"{c[j][1]:.3f}" for c in curves.values())]
             for j, f in enumerate(fractions)]  # fmt: skip
     table = markdown_table(["fraction pruned", *curves], rows)
-    return table, *_verdict(curves, loss0, bigram)
+    rows = [{"point": name, "seed": 0, "fraction_pruned": f, "kept_share": m}
+            for name, curve in curves.items() for f, m in curve]  # fmt: skip
+    return record.analysis("head_pruning", "M2", rows, table, _verdict(curves, loss0, bigram),
+                           ["head_pruning.png"])  # fmt: skip
 
 
 def _verdict(curves: dict, loss0: float, bigram: float) -> tuple[str, str]:

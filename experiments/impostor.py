@@ -17,7 +17,7 @@ def verdict(summary: Summary) -> tuple[str, str]:
     or above cosine's or additive's (no disadvantage). Otherwise inconclusive."""
 
     def at(score: str, norm: float):
-        return summary[f"score={score} impostor_norm={norm}"]
+        return summary[{"model.score": score, "task.impostor_norm": norm}]
 
     dot, small = at("dot", NORMS[-1]), at("dot", NORMS[0])
     others = [at(s, NORMS[-1]) for s in SCORES[1:]]
@@ -36,6 +36,7 @@ def verdict(summary: Summary) -> tuple[str, str]:
 def get_experiment(smoke: bool = False) -> Experiment:
     return Experiment(
         name="impostor",
+        claim_id="E4",
         claim=" ".join(__doc__.split()),
         base=load_file(_CONFIG).get_config("smoke" if smoke else None),
         points=grid(**{"model.score": SCORES, "task.impostor_norm": NORMS}),

@@ -22,7 +22,7 @@ def verdict(summary: Summary) -> tuple[str, str]:
     """Supported iff MHA reaches ``SOLVED`` (mean) and MQA with head size 1 lies below it
     (interval upper end below MHA's lower end). Refuted iff MQA's mean reaches MHA's lower
     end. GQA and the control are reported."""
-    mha, gqa, mqa, control = summary.values()
+    mha, gqa, mqa, control = (summary[p] for p in POINTS)
     detail = (
         f"MHA {mha.mean:.3f}, GQA (2 groups) {gqa.mean:.3f}, MQA {mqa.mean:.3f} "
         f"(head size 1); MQA with head size 2: {control.mean:.3f}."
@@ -37,10 +37,12 @@ def verdict(summary: Summary) -> tuple[str, str]:
 def get_experiment(smoke: bool = False) -> Experiment:
     return Experiment(
         name="mqa_ordering",
+        claim_id="E5",
         claim=" ".join(__doc__.split()),
         base=load_file(_CONFIG).get_config("smoke" if smoke else None),
         points=POINTS,
         metric="accuracy",
         verdict=verdict,
         learning_rates=(3e-3, 1e-2, 3e-2),
+        solved_at=SOLVED,
     )

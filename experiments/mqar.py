@@ -18,8 +18,7 @@ def verdict(summary: Summary, near_chance: float) -> tuple[str, str]:
     below ``near_chance`` = 1/num_pairs, the score of guessing among the context's values
     (interval upper end). Refuted iff 1 layer exceeds ``FAILED`` (lower end) at some width
     or 2 layers stay below it (upper end) at every width."""
-    one = [summary[f"layers=1 width={w}"] for w in WIDTHS]
-    two = [summary[f"layers=2 width={w}"] for w in WIDTHS]
+    one, two = ([summary[{"model.layers": n, "model.width": w}] for w in WIDTHS] for n in (1, 2))
     detail = (
         f"widths {WIDTHS}: 1 layer {', '.join(f'{s.mean:.3f}' for s in one)}; "
         f"2 layers {', '.join(f'{s.mean:.3f}' for s in two)}."
@@ -38,9 +37,11 @@ def get_experiment(smoke: bool = False) -> Experiment:
     near_chance = 1 / base.task.num_pairs
     return Experiment(
         name="mqar",
+        claim_id="E6",
         claim=" ".join(__doc__.split()),
         base=base,
         points=grid(**{"model.layers": [1, 2], "model.width": WIDTHS}),
         metric="accuracy",
         verdict=lambda summary: verdict(summary, near_chance),
+        solved_at=SOLVED,
     )

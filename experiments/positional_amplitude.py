@@ -15,9 +15,19 @@ from jaxtyping import Array, Float
 
 from attnjax import analysis, nn, tasks
 from attnjax.analysis.pruning import attention_maps
-from attnjax.experiment import Experiment, Summary, grid, label, load_file, load_run, sweep
+from attnjax.experiment import (
+    Experiment,
+    Summary,
+    grid,
+    label,
+    load_file,
+    load_run,
+    record,
+    sweep,
+)
 from attnjax.experiment.config import with_overrides
 from attnjax.experiment.report import fmt, markdown_table, mean_ci95, new_figure, save_figure
+from attnjax.experiment.sweep import point_key, sweep_tables
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "positional_amplitude.py"
 AMPLITUDES = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
@@ -61,12 +71,12 @@ def _mean(stats: list[dict[str, float]]) -> dict[str, float]:
 def verdict(
     summary: Summary, optimum: float, attention: dict[str, dict] | None = None
 ) -> tuple[str, str]:
-    """The rule of :func:`analyze`. Without ``attention`` (trained stats by point label), its
-    accuracy part only: supported iff an interior amplitude works and both extremes fail."""
-    amps = [name for name in summary if name.startswith("pos_amplitude=")]  # ascending
-    base = summary[label(NONE)].mean
+    """The rule of :func:`analyze`. Without ``attention`` (trained stats by :func:`point_key`),
+    its accuracy part only: supported iff an interior amplitude works and both extremes fail."""
+    amps = sorted(p["model.pos_amplitude"] for p, _ in summary if "model.pos_amplitude" in p)
+    base = summary[NONE].mean
     gap = optimum - base
-    acc = {a: summary[a].mean for a in amps}
+    acc = {a: summary[{"model.pos_amplitude": a}].mean for a in amps}
     works = {a: m >= base + WORKS * gap for a, m in acc.items()}
     small, large = amps[0], amps[-1]
     checks = {
@@ -75,15 +85,16 @@ def verdict(
         "largest fails": acc[large] <= base + FAILS * gap,
     }
     if attention is not None:
-        checks["smallest near uniform"] = attention[small]["entropy / log(t+1)"] >= UNIFORM
-        checks["largest collapsed"] = attention[large]["max weight"] >= COLLAPSED
+        at = {a: attention[point_key({"model.pos_amplitude": a})] for a in (small, large)}
+        checks["smallest near uniform"] = at[small]["entropy / log(t+1)"] >= UNIFORM
+        checks["largest collapsed"] = at[large]["max weight"] >= COLLAPSED
     reason = (
         "test accuracy by amplitude: "
-        + ", ".join(f"{a.split('=')[1]} {m:.3f}" for a, m in acc.items())
+        + ", ".join(f"{a:g} {m:.3f}" for a, m in acc.items())
         + f"; no positions {base:.3f}, optimum {optimum:.3f} (works ≥ "
         f"{base + WORKS * gap:.3f}, fails ≤ {base + FAILS * gap:.3f}). Checks: "
         + ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
-        + ("." if attention is not None else " (accuracy part; the full rule: analysis.md).")
+        + ("." if attention is not None else " (accuracy part only).")
     )
     if all(checks.values()):
         return "supported", reason
@@ -98,6 +109,7 @@ def _experiment(smoke: bool) -> Experiment:
     optimum = base.task.spec.baselines["optimal_accuracy"]
     return Experiment(
         name="positional_amplitude",
+        claim_id="S7",
         claim=" ".join(__doc__.split()),
         base=base,
         points=(SINUSOIDAL, NONE, LEARNED)
@@ -108,7 +120,7 @@ def _experiment(smoke: bool) -> Experiment:
     )
 
 
-def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
+def analyze(out: Path, smoke: bool) -> record.Analysis:
     """Train every point for ``SEEDS`` seeds (vectorized; the CLI's ``--seeds`` does not apply
     here), then measure attention at initialization and after training, and accuracy past the
     trained length ``T``.
@@ -126,7 +138,7 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
     """
     experiment = _experiment(smoke)
     seeds, batch_size, factors = (1, 16, (1, 4)) if smoke else (SEEDS, 256, LENGTH_FACTORS)
-    summary, _, _ = sweep(experiment, out, num_seeds=seeds)
+    summary = sweep(experiment, out, num_seeds=seeds).summary
     base = experiment.base
     t = base.task.seq_len
     task = tasks.get("markov")
@@ -139,7 +151,7 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
         config = with_overrides(base, point)
         models = [load_run(next((out / "points").glob(f"{i:02d}_*")), r)[1] for r in range(seeds)]
         inits = [nn.build(config.model, nnx.Rngs(s)) for s in range(seeds)]
-        name = label(point)
+        name = point_key(point)
         trained[name], init[name] = (
             _mean([attention_stats(attention_maps(m, batch)[0]) for m in ms])
             for ms in (models, inits)
@@ -149,30 +161,47 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
     optimum = base.task.spec.baselines["optimal_accuracy"]
     _plot(summary, (init, trained), lengths, t, optimum,
           out / "positional_amplitude.png")  # fmt: skip
-    rows = [[name, fmt(s.mean, s.half_width),
-             *(f"{init[name][k]:.3f}" for k in STATS),
-             *(f"{trained[name][k]:.3f}" for k in STATS)]
-            for name, s in summary.items()]  # fmt: skip
+    rows = [[label(p), fmt(s.mean, s.half_width),
+             *(f"{init[point_key(p)][k]:.3f}" for k in STATS),
+             *(f"{trained[point_key(p)][k]:.3f}" for k in STATS)]
+            for p, s in summary]  # fmt: skip
     header = ["point", "test accuracy", *(f"{k} (init)" for k in STATS), *STATS]
-    length_rows = [[name, *(fmt(*mean_ci95(a)) if isinstance(a, list) else a
+    length_rows = [[label(dict(name)), *(fmt(*mean_ci95(a)) if isinstance(a, list) else a
                             for a in accs.values())] for name, accs in lengths.items()]  # fmt: skip
     length_header = ["encoding", *(f"T = {f * t}, positions ≥ {t}" if f > 1 else f"T = {t}"
                                    for f in factors)]  # fmt: skip
-    table = markdown_table(header, rows) + "\n" + markdown_table(length_header, length_rows)
-    return table, *verdict(summary, optimum, trained)
+    table = "\n".join([
+        sweep_tables(experiment, summary),
+        markdown_table(header, rows),
+        markdown_table(length_header, length_rows),
+    ])  # fmt: skip
+    csv_rows = [
+        {"point": label(p), "seed": r, "test_accuracy": v}
+        | {f"trained {k}": trained[point_key(p)][k] for k in STATS}
+        | {f"init {k}": init[point_key(p)][k] for k in STATS}
+        for p, s in summary for r, v in enumerate(s.values)
+    ] + [
+        {"point": f"{label(dict(name))} length={f * t}", "seed": r, "test_accuracy": v}
+        for name, accs in lengths.items() for f, a in accs.items() if isinstance(a, list)
+        for r, v in enumerate(a)
+    ]  # fmt: skip
+    return record.analysis(
+        "positional_amplitude", "S7", csv_rows, table, verdict(summary, optimum, trained),
+        ["summary.png", "positional_amplitude.png"], csv_name="analysis.csv",
+    )  # fmt: skip
 
 
 def _plot(summary: Summary, attention: tuple[dict, dict], lengths: dict, t: int,
           optimum: float, path: Path) -> None:  # fmt: skip
     fig, axes = new_figure(1, 3, figsize=(15, 4))
-    amps = [n for n in summary if n.startswith("pos_amplitude=")]
-    x = [float(n.split("=")[1]) for n in amps]
-    errors = [0 if np.isnan(summary[n].half_width) else summary[n].half_width for n in amps]
-    axes[0].errorbar(x, [summary[n].mean for n in amps], yerr=errors, fmt="o-", capsize=3,
-                     label="sinusoidal, amplitude A")  # fmt: skip
+    x = sorted(p["model.pos_amplitude"] for p, _ in summary if "model.pos_amplitude" in p)
+    amps = [point_key({"model.pos_amplitude": a}) for a in x]
+    stats = [summary[dict(n)] for n in amps]
+    axes[0].errorbar(x, [s.mean for s in stats], yerr=[s.mean - s.lower for s in stats],
+                     fmt="o-", capsize=3, label="sinusoidal, amplitude A")  # fmt: skip
     for point, style in ((NONE, ":"), (LEARNED, "--"), (ROPE, "-.")):
-        if label(point) in summary:
-            axes[0].axhline(summary[label(point)].mean, ls=style, color="gray", label=label(point))
+        if point in summary:
+            axes[0].axhline(summary[point].mean, ls=style, color="gray", label=label(point))
     axes[0].axhline(optimum, color="k", lw=0.8, label="optimal accuracy")
     axes[0].set_ylabel("test next-token accuracy (mean ± 95% CI)")
     for key, color in zip(STATS, ("C0", "C3", "C2"), strict=True):
@@ -185,9 +214,9 @@ def _plot(summary: Summary, attention: tuple[dict, dict], lengths: dict, t: int,
         ax.set_xlabel("sinusoidal amplitude A")
     for name, accs in lengths.items():
         points = [(f * t, np.mean(a)) for f, a in accs.items() if isinstance(a, list)]
-        name = "sinusoidal, A = 1" if name == label(SINUSOIDAL) else name
+        name = "sinusoidal, A = 1" if dict(name) == SINUSOIDAL else label(dict(name))
         axes[2].plot(*zip(*points, strict=True), "o-", label=name)
-    axes[2].axhline(summary[label(NONE)].mean, ls=":", color="gray", label="positional=none")
+    axes[2].axhline(summary[NONE].mean, ls=":", color="gray", label="positional=none")
     axes[2].axhline(optimum, color="k", lw=0.8, label="optimal accuracy")
     axes[2].set_xlabel(f"evaluated length (trained: {t}; longer: scored on positions ≥ {t})")
     axes[2].set_ylabel("next-token accuracy")

@@ -19,6 +19,7 @@ from attnjax.experiment import (
     Runs,
     Trainer,
     load_file,
+    record,
     train_and_evaluate,
     with_overrides,
 )
@@ -76,8 +77,9 @@ def lr_sweep(config: ExperimentConfig, out: Path, lrs, seeds: int) -> dict[str, 
     rows = train_and_evaluate(config, out, num_seeds=seeds, learning_rates=lrs, overwrite=True)
     result = {m: np.array([r[f"test_{m}"] for r in rows]).reshape(len(lrs), seeds) for m in METRICS}
     trainer = get_trainer(config)  # the same compiled programs; runs are lr-major
-    initial, _ = trainer.init(Runs.grid(range(config.train.seed, config.train.seed + seeds), lrs))
-    return result | {"loss0": trainer.evaluate(initial, "test")["loss"][:seeds]}
+    runs = Runs.grid(range(config.train.seed, config.train.seed + seeds), lrs)
+    initial, _ = trainer.init(runs)
+    return result | {"loss0": trainer.evaluate(initial, runs, "test")["loss"][:seeds]}
 
 
 def forced_logits(config: ExperimentConfig, kappas, seeds: int) -> dict[str, np.ndarray]:
@@ -90,11 +92,11 @@ def forced_logits(config: ExperimentConfig, kappas, seeds: int) -> dict[str, np.
     state, lrs = trainer.init(runs)
     for step in range(0, config.train.steps, config.train.eval_every):
         state, _ = trainer.train_chunk(state, runs, lrs, step)
-    final = trainer.evaluate(state, "test")
+    final = trainer.evaluate(state, runs, "test")
     return {m: final[m].reshape(len(kappas), seeds) for m in METRICS}
 
 
-def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
+def analyze(out: Path, smoke: bool) -> record.Analysis:
     """The LR sweep with and without QK-norm, and the forced-logit runs.
 
     Verdict rule (declared before running): with LR sensitivity computed per seed and the
@@ -119,7 +121,19 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
     spec = config.task.spec.baselines
     _plot(lrs, sweeps, kappas, forced, spec, out / "qk_norm.png")
     table = _tables(lrs, sweeps, kappas, forced, spec, config.optim.learning_rate)
-    return table, *_verdict(lrs, sweeps, kappas, forced, spec)
+    rows = [
+        {"point": f"qk_norm={qk}", "seed": config.train.seed + s, "learning_rate": lr}
+        | {f"test_{m}": float(sweep[m][i, s]) for m in METRICS}
+        | {"kappa": None, "loss0": float(sweep["loss0"][s])}
+        for qk, sweep in sweeps.items() for i, lr in enumerate(lrs) for s in range(seeds)
+    ] + [
+        {"point": f"forced kappa={k:g}", "seed": config.train.seed + s,
+         "learning_rate": config.optim.learning_rate, "kappa": k}
+        | {f"test_{m}": float(forced[m][i, s]) for m in METRICS}
+        for i, k in enumerate(kappas) for s in range(seeds)
+    ]  # fmt: skip
+    verdict = _verdict(lrs, sweeps, kappas, forced, spec)
+    return record.analysis("qk_norm", "S6", rows, table, verdict, ["qk_norm.png"])
 
 
 def _peak(sweep: dict[str, np.ndarray]) -> tuple[float, int]:

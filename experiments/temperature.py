@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax import analysis
+from attnjax.experiment import record
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 
 NUM_KEYS, HEAD_DIM = 16, 16
@@ -40,7 +41,7 @@ def temperature_stats(
     }
 
 
-def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
+def analyze(out: Path, smoke: bool) -> record.Analysis:
     """Entropy and score gradients vs τ for unit-variance scores over ``NUM_KEYS`` keys.
 
     Verdict rule (declared before measuring): the claim is about a typical row, so it is read on
@@ -80,9 +81,12 @@ def analyze(out: Path, smoke: bool) -> tuple[str, str, str]:
         "vanishing."
     )
     if all(checks.values()):
-        return table, "supported", reason
-    refuted = any(max(r) >= 0.1 for r in ratios.values())
-    return table, "refuted" if refuted else "inconclusive", reason
+        verdict = "supported"
+    else:
+        verdict = "refuted" if any(max(r) >= 0.1 for r in ratios.values()) else "inconclusive"
+    rows = [{"point": f"tau={t:.4g}", "seed": 0, "tau": float(t)} | s
+            for t, s in zip(taus, stats, strict=True)]  # fmt: skip
+    return record.analysis("temperature", "S5", rows, table, (verdict, reason), ["temperature.png"])
 
 
 def _plot(taus: np.ndarray, stats: list[dict[str, float]], path: Path) -> None:

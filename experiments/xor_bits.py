@@ -21,7 +21,7 @@ def verdict(summary: Summary) -> tuple[str, str]:
     """Supported iff 1 head without MLP/LN stays at or below ``CAP`` (interval upper end) while
     2 heads and 1 head + MLP reach ``SOLVED`` (mean). Refuted iff 1 head without MLP/LN
     exceeds ``CAP`` (lower end) or 2 heads stay at or below it (upper end)."""
-    one, two, with_mlp, with_ln = summary.values()
+    one, two, with_mlp, with_ln = (summary[p] for p in POINTS)
     detail = (
         f"1 head {one.mean:.3f} (upper {one.upper:.3f}); 2 heads {two.mean:.3f} "
         f"(upper {two.upper:.3f}); 1 head + MLP {with_mlp.mean:.3f}; "
@@ -37,10 +37,12 @@ def verdict(summary: Summary) -> tuple[str, str]:
 def get_experiment(smoke: bool = False) -> Experiment:
     return Experiment(
         name="xor_bits",
+        claim_id="E2",
         claim=" ".join(__doc__.split()),
         base=load_file(_CONFIG).get_config("smoke" if smoke else None),
         points=POINTS,
         metric="accuracy",
         verdict=verdict,
         learning_rates=(3e-3, 1e-2, 3e-2),
+        solved_at=SOLVED,
     )

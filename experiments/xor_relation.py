@@ -2,7 +2,6 @@
 when key features enter through a linear map of the raw bits. With one embedding per key kind,
 a dot product can solve it too."""
 
-import math
 from pathlib import Path
 
 from attnjax.experiment import Experiment, Summary, grid, load_file
@@ -18,22 +17,19 @@ def verdict(summary: Summary) -> tuple[str, str]:
     or below ``FAILED`` (interval upper ends), and with the embedding encoding scaled_dot
     reaches ``SOLVED``. Refuted if a bilinear-family score solves the linear encoding or no
     additive score does."""
-    acc = {name: s.mean for name, s in summary.items()}
-    upper = {n: s.mean + (0 if math.isnan(s.half_width) else s.half_width)
-             for n, s in summary.items()}  # fmt: skip
 
-    def key(score: str, encoding: str, heads: int = 1) -> str:
-        return f"encoding={encoding} score={score} heads={heads}"
+    def at(score: str, encoding: str, heads: int = 1):
+        return summary[{"task.encoding": encoding, "model.score": score, "model.heads": heads}]
 
-    additive = max(acc[key(s, "linear")] for s in ("additive", "additive_relu"))
-    bilinear_family = {s: upper[key(s, "linear")] for s in ("dot", "scaled_dot", "bilinear")}
-    dot_embedding = acc[key("scaled_dot", "embedding")]
+    additive = max(at(s, "linear").mean for s in ("additive", "additive_relu"))
+    bilinear_family = {s: at(s, "linear").upper for s in ("dot", "scaled_dot", "bilinear")}
+    dot_embedding = at("scaled_dot", "embedding").mean
     detail = (
         f"linear encoding, 1 head: best additive {additive:.3f}, bilinear-family upper "
         f"bounds {', '.join(f'{s} {v:.3f}' for s, v in bilinear_family.items())}; "
         f"embedding encoding: scaled_dot {dot_embedding:.3f}."
     )
-    if any(acc[key(s, "linear")] >= SOLVED for s in bilinear_family) or additive < FAILED:
+    if any(at(s, "linear").mean >= SOLVED for s in bilinear_family) or additive < FAILED:
         return "refuted", detail
     if additive >= SOLVED and max(bilinear_family.values()) <= FAILED and dot_embedding >= SOLVED:
         return "supported", detail
@@ -43,6 +39,7 @@ def verdict(summary: Summary) -> tuple[str, str]:
 def get_experiment(smoke: bool = False) -> Experiment:
     return Experiment(
         name="xor_relation",
+        claim_id="E1",
         claim=" ".join(__doc__.split()),
         base=load_file(_CONFIG).get_config("smoke" if smoke else None),
         points=grid(
@@ -55,4 +52,5 @@ def get_experiment(smoke: bool = False) -> Experiment:
         metric="accuracy",
         verdict=verdict,
         learning_rates=(1e-3, 3e-3, 1e-2),
+        solved_at=SOLVED,
     )

@@ -12,9 +12,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
-
-# Two-sided 95% quantiles of Student's t for 1..10 degrees of freedom; 1.96 beyond 30.
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+from scipy import stats
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -22,8 +20,7 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     x = np.asarray(values, float)
     if len(x) < 2:
         return float(x.mean()), math.nan
-    df = len(x) - 1
-    t = _T95[df - 1] if df <= len(_T95) else (2.042 if df <= 30 else 1.96)
+    t = stats.t.ppf(0.975, df=len(x) - 1)
     return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(len(x)))
 
 

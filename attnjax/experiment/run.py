@@ -63,7 +63,7 @@ def train_and_evaluate(
     for step in range(start, train.steps, train.eval_every):
         state, losses = trainer.train_chunk(state, runs, lrs, step)
         end = step + train.eval_every
-        final = {split: trainer.evaluate(state, split) for split in EVAL_SPLITS}
+        final = {split: trainer.evaluate(state, runs, split) for split in EVAL_SPLITS}
         rows = collect({"loss": jax.device_get(losses)}, runs, step=end, split="train")
         for split, metrics in final.items():
             rows += collect(metrics, runs, step=end, split=split)
@@ -74,7 +74,7 @@ def train_and_evaluate(
     checkpoints.close()
 
     if final is None:  # a finished run, invoked again
-        final = {split: trainer.evaluate(state, split) for split in EVAL_SPLITS}
+        final = {split: trainer.evaluate(state, runs, split) for split in EVAL_SPLITS}
     results = _results(trainer, final, runs, dict(fields or {}))
     storage.write_csv(workdir / "results.csv", results)
     storage.write_json(workdir / "env.json", storage.environment())

@@ -2,10 +2,11 @@
 before anything runs; ``sweep`` trains every point (all seeds and learning rates vectorized)
 and writes the table, the plot and the verdict.
 
-``<out>/points/<id>/`` is each point's run folder; ``<out>/results.csv`` has one row per point
-and seed at the point's best learning rate (chosen on the ``valid`` split, reported on
-``test``); ``<out>/report.md`` has mean ± 95% interval per point, ``<out>/summary.png`` and the
-verdict: *supported*, *refuted* or *inconclusive*.
+``<out>/points/<id>/`` is each point's run folder; ``<out>/results.csv`` has one row per point,
+seed and learning rate, ``chosen`` marking each point's best rate (chosen on the ``valid``
+split, reported on ``test``; each seed draws its own evaluation batches);
+``<out>/report.md`` has mean ± 95% interval per point, solved-seed counts, the metric against
+learning rate, ``<out>/summary.png`` and the verdict: *supported*, *refuted* or *inconclusive*.
 """
 
 import dataclasses
@@ -13,7 +14,7 @@ import functools
 import itertools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -26,13 +27,15 @@ VERDICTS = ("supported", "refuted", "inconclusive")
 
 
 class Stats(NamedTuple):
-    """A point's metric over seeds at its best learning rate."""
+    """A point's test metric over seeds at its best learning rate, and every rate's means."""
 
     mean: float
-    half_width: float  # of the 95% interval
-    values: tuple[float, ...]
+    half_width: float  # of the 95% Student-t interval
+    values: tuple[float, ...]  # one per seed
     learning_rate: float
     params: int
+    by_learning_rate: tuple[tuple[float, float, float], ...] = ()  # (rate, valid, test) means
+    at_edge: bool = False  # the best rate is the smallest or largest of a grid of several
 
     @property
     def lower(self) -> float:
@@ -44,18 +47,59 @@ class Stats(NamedTuple):
         """Upper end of the 95% interval (the mean for a single seed)."""
         return self.mean + (0.0 if math.isnan(self.half_width) else self.half_width)
 
+    def solved(self, threshold: float) -> int:
+        """How many seeds reach ``threshold`` (bimodal outcomes: report ``k`` of ``n``)."""
+        return sum(v >= threshold for v in self.values)
 
-Summary = dict[str, Stats]  # point label -> stats
+
+def point_key(point: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A point's full overrides as a hashable, order-free key."""
+    return tuple(sorted(point.items()))
+
+
+class Summary:
+    """Each point's :class:`Stats`, looked up by the point's full overrides:
+    ``summary[{"model.score": "dot", "model.heads": 1}]``. Iteration gives ``(point, stats)``
+    in the experiment's order."""
+
+    def __init__(self, entries: Sequence[tuple[Mapping[str, Any], Stats]]):
+        self._entries = [(dict(p), s) for p, s in entries]
+        self._index = {point_key(p): s for p, s in self._entries}
+        if len(self._index) != len(self._entries):
+            raise ValueError("points: two points have the same overrides")
+
+    def __getitem__(self, point: Mapping[str, Any]) -> Stats:
+        try:
+            return self._index[point_key(point)]
+        except KeyError:
+            known = "; ".join(str(p) for p, _ in self._entries)
+            raise KeyError(f"no point with overrides {dict(point)}; points: {known}") from None
+
+    def __contains__(self, point: Mapping[str, Any]) -> bool:
+        return point_key(point) in self._index
+
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], Stats]]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def labels(self) -> dict[str, Stats]:
+        """Stats by each point's display label (:func:`labels`)."""
+        names = labels([p for p, _ in self._entries])
+        return dict(zip(names, (s for _, s in self._entries), strict=True))
 
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """``metric`` is a final-metric column of ``results.csv`` reported on ``test`` (e.g.
-    ``"accuracy"``); ``verdict(summary) -> (verdict, reason)`` reads the points' stats by
-    label. ``learning_rates``, when given, are all trained (vectorized) and each point is
-    compared at its best one."""
+    """``claim_id`` names the claim judged (``"E1"``); ``metric`` is a final-metric column of
+    ``results.csv`` reported on ``test`` (e.g. ``"accuracy"``); ``verdict(summary) ->
+    (verdict, reason)`` looks the points' stats up by their overrides. ``learning_rates``,
+    when given, are all trained (vectorized) and each point is compared at its best one.
+    ``solved_at``: a threshold whose solved-seed counts the report shows."""
 
     name: str
+    claim_id: str
     claim: str
     base: ExperimentConfig
     points: tuple[Mapping[str, Any], ...]
@@ -63,6 +107,18 @@ class Experiment:
     verdict: Callable[[Summary], tuple[str, str]]
     learning_rates: tuple[float, ...] | None = None
     higher_is_better: bool = True
+    solved_at: float | None = None
+
+
+class Outcome(NamedTuple):
+    """What a sweep concluded: the stats and the verdict on ``claim_id``, and the report's
+    markdown body (without the verdict lines)."""
+
+    summary: Summary
+    claim_id: str
+    verdict: str
+    reason: str
+    body: str
 
 
 def grid(**axes: Sequence[Any]) -> tuple[dict[str, Any], ...]:
@@ -78,9 +134,19 @@ def grid(**axes: Sequence[Any]) -> tuple[dict[str, Any], ...]:
     return tuple(points)
 
 
-def label(point: Mapping[str, Any]) -> str:
-    """A short readable name: ``score=additive heads=2``."""
-    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items()) or "base"
+def label(point: Mapping[str, Any], full: bool = False) -> str:
+    """A short readable name, ``score=additive heads=2`` (``full``: dotted field names)."""
+    return " ".join(f"{k if full else k.rsplit('.', 1)[-1]}={v}" for k, v in point.items()) or (
+        "base"
+    )
+
+
+def labels(points: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Short labels, or full ones where short labels would collide (``task.seed`` and
+    ``train.seed``)."""
+    short = [label(p) for p in points]
+    full = len(set(short)) < len(short)
+    return [label(p, full=full) for p in points]
 
 
 def sweep(
@@ -91,19 +157,20 @@ def sweep(
     overwrite: bool = False,
     workers: int = 2,
     progress: Callable[[str, int, int], None] | None = None,
-) -> tuple[Summary, str, str]:
-    """Train every point (``workers`` at a time); write results, report and plot; return
-    ``(summary, verdict, reason)``. ``progress(point, step, total)`` follows each point."""
+) -> Outcome:
+    """Train every point (``workers`` at a time); write ``results.csv`` and ``summary.png``;
+    return the :class:`Outcome`. ``progress(point, step, total)`` follows each point."""
     out = Path(out)
+    names = labels(experiment.points)
 
     def train_point(i: int, point: Mapping[str, Any]) -> list[dict[str, Any]]:
-        name = label(point)
+        name = names[i]
         return train_and_evaluate(
             with_overrides(experiment.base, {**point, "name": name}),
             out / "points" / f"{i:02d}_{re.sub(r'[^A-Za-z0-9=.-]+', '_', name)}",
             num_seeds=num_seeds,
             learning_rates=experiment.learning_rates,
-            fields={"point": name} | {k.rsplit(".", 1)[-1]: v for k, v in point.items()},
+            fields={"point": name, **point},
             overwrite=overwrite,
             progress=functools.partial(progress, name) if progress else None,
         )
@@ -111,64 +178,134 @@ def sweep(
     # Points compile and run in parallel threads: XLA compiles one program on one core.
     with ThreadPoolExecutor(max_workers=workers) as pool:
         all_rows = list(pool.map(train_point, range(len(experiment.points)), experiment.points))
-    best_rows, summary = [], {}
+    table, entries = [], []
     for point, rows in zip(experiment.points, all_rows, strict=True):
-        best = _best_learning_rate(rows, experiment)
-        chosen = [r for r in rows if r["learning_rate"] == best]
-        best_rows += chosen
-        values = tuple(r[f"test_{experiment.metric}"] for r in chosen)
-        summary[label(point)] = Stats(*report.mean_ci95(values), values, best, chosen[0]["params"])
+        stats = point_stats(rows, experiment)
+        entries.append((point, stats))
+        table += [
+            {k: v for k, v in r.items() if k != "flops_per_step"}
+            | {"chosen": r["learning_rate"] == stats.learning_rate}
+            for r in rows
+        ]
+    summary = Summary(entries)
     verdict, reason = experiment.verdict(summary)
     if verdict not in VERDICTS:
         raise ValueError(f"verdict: expected one of {VERDICTS}, got {verdict!r}")
-    storage.write_csv(out / "results.csv", best_rows)
+    storage.write_csv(out / "results.csv", _column_order(table))
     plot_summary(summary, experiment, out / "summary.png")
-    (out / "report.md").write_text(sweep_report(experiment, summary, verdict, reason, num_seeds))
-    return summary, verdict, reason
+    body = sweep_report(experiment, summary, verdict, reason, num_seeds)
+    return Outcome(summary, experiment.claim_id, verdict, reason, body)
 
 
-def _best_learning_rate(rows: list[dict[str, Any]], experiment: Experiment) -> float:
-    sign = 1 if experiment.higher_is_better else -1
-    by_lr = {}
+def point_stats(rows: Sequence[Mapping[str, Any]], experiment: Experiment) -> Stats:
+    """A point's :class:`Stats` from its run rows (every seed × learning rate)."""
+    metric, sign = experiment.metric, 1 if experiment.higher_is_better else -1
+    by_lr: dict[float, list[Mapping[str, Any]]] = {}
     for r in rows:
-        by_lr.setdefault(r["learning_rate"], []).append(r[f"valid_{experiment.metric}"])
-    return max(by_lr, key=lambda lr: sign * sum(by_lr[lr]) / len(by_lr[lr]))
+        by_lr.setdefault(r["learning_rate"], []).append(r)
+
+    def mean(lr: float, split: str) -> float:
+        return sum(r[f"{split}_{metric}"] for r in by_lr[lr]) / len(by_lr[lr])
+
+    best = max(by_lr, key=lambda lr: sign * mean(lr, "valid"))
+    values = tuple(r[f"test_{metric}"] for r in by_lr[best])
+    return Stats(
+        *report.mean_ci95(values),
+        values,
+        best,
+        by_lr[best][0]["params"],
+        tuple((lr, mean(lr, "valid"), mean(lr, "test")) for lr in sorted(by_lr)),
+        len(by_lr) > 1 and best in (min(by_lr), max(by_lr)),
+    )
 
 
-def summary_table(summary: Summary, metric: str) -> str:
-    rows = [
-        [name, s.params, f"{s.learning_rate:g}", report.fmt(s.mean, s.half_width), len(s.values)]
-        for name, s in summary.items()
-    ]
-    return report.markdown_table(["point", "params", "lr", f"test {metric}", "seeds"], rows)
+def _column_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``point``, the overrides, ``seed``, ``learning_rate``, ``chosen``, ``params``, then the
+    metrics (``valid_*`` before ``test_*``)."""
+    first = ["point", "seed", "learning_rate", "chosen", "params"]
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    overrides = [k for k in keys if k not in first and not k.startswith(("valid_", "test_"))]
+    metrics = sorted((k for k in keys if k.startswith(("valid_", "test_"))),
+                     key=lambda k: (not k.startswith("valid_"), k))  # fmt: skip
+    order = ["point", *overrides, *first[1:], *metrics]
+    return [{k: r.get(k) for k in order} for r in rows]
+
+
+def summary_table(summary: Summary, experiment: Experiment) -> str:
+    threshold = experiment.solved_at
+    header = ["point", "params", "lr", f"test {experiment.metric}", "seeds"]
+    if threshold is not None:
+        header.insert(4, f"solved (≥ {threshold:g})")
+    rows = []
+    for name, s in summary.labels().items():
+        lr = f"{s.learning_rate:g}" + (" (edge)" if s.at_edge else "")
+        row = [name, s.params, lr, report.fmt(s.mean, s.half_width), len(s.values)]
+        if threshold is not None:
+            row.insert(4, f"{s.solved(threshold)} of {len(s.values)}")
+        rows.append(row)
+    return report.markdown_table(header, rows)
+
+
+def learning_rate_table(summary: Summary, metric: str) -> str:
+    """Every point's mean valid / test metric at every learning rate of its grid."""
+    rates = sorted({lr for _, s in summary for lr, _, _ in s.by_learning_rate})
+    rows = []
+    for name, s in summary.labels().items():
+        cells = {lr: f"{v:.3f} / {t:.3f}" for lr, v, t in s.by_learning_rate}
+        rows.append([name, *(cells.get(lr, "") for lr in rates)])
+    header = ["point", *(f"lr {lr:g}" for lr in rates)]
+    return f"Valid / test {metric} (mean over seeds) at every learning rate:\n\n" + (
+        report.markdown_table(header, rows)
+    )
+
+
+def edge_points(summary: Summary) -> list[str]:
+    """Labels of the points whose best learning rate is at the edge of their grid."""
+    return [name for name, s in summary.labels().items() if s.at_edge]
 
 
 def sweep_report(
     experiment: Experiment, summary: Summary, verdict: str, reason: str, num_seeds: int
 ) -> str:
+    return (
+        f"# {experiment.name}\n\n**Claim ({experiment.claim_id}).** {experiment.claim}\n\n"
+        f"{num_seeds} seeds per point, each evaluated on its own validation and test draws; "
+        f"mean ± 95% interval (Student t). {sweep_tables(experiment, summary)}\n"
+        f"![summary](summary.png)\n\n"
+        f"**Verdict ({experiment.claim_id}): {verdict}.** {reason}\n"
+    )
+
+
+def sweep_tables(experiment: Experiment, summary: Summary) -> str:
+    """The learning-rate note, the summary table, the edge flags and the metric against
+    learning rate (markdown)."""
     lrs = experiment.learning_rates
     lr_note = (
         f"Each point at its best learning rate of {list(lrs)} (chosen on the valid split)."
         if lrs
         else f"Learning rate {experiment.base.optim.learning_rate:g} for every point."
     )
-    return (
-        f"# {experiment.name}\n\n**Claim.** {experiment.claim}\n\n"
-        f"{num_seeds} seeds per point; mean ± 95% interval (Student t). {lr_note}\n\n"
-        f"{summary_table(summary, experiment.metric)}\n![summary](summary.png)\n\n"
-        f"**Verdict: {verdict}.** {reason}\n"
+    edges = edge_points(summary) if lrs and len(lrs) > 1 else []
+    edge_note = (
+        f"\n**Best learning rate at the edge of the grid** ({len(edges)} of {len(summary)} "
+        f"points, marked *(edge)*): a wider grid might change these points.\n"
+        if edges
+        else ""
     )
+    lr_table = f"\n{learning_rate_table(summary, experiment.metric)}" if lrs else ""
+    return f"{lr_note}\n\n{summary_table(summary, experiment)}{edge_note}{lr_table}"
 
 
 def plot_summary(summary: Summary, experiment: Experiment, path: Path) -> None:
     """One bar per point: mean metric with its 95% interval and the seeds as dots."""
-    names = list(summary)
+    named = summary.labels()
+    names = list(named)
     fig, ax = report.new_figure(figsize=(7, 0.35 * len(names) + 1.2))
-    means = [summary[n].mean for n in names]
-    errors = [0.0 if math.isnan(summary[n].half_width) else summary[n].half_width for n in names]
+    means = [named[n].mean for n in names]
+    errors = [named[n].mean - named[n].lower for n in names]
     ax.barh(range(len(names)), means, xerr=errors, color="#8fb3d9", capsize=3)
     for i, n in enumerate(names):
-        ax.plot(summary[n].values, [i] * len(summary[n].values), "k.", ms=3)
+        ax.plot(named[n].values, [i] * len(named[n].values), "k.", ms=3)
     if experiment.metric == "accuracy":
         chance = experiment.base.task.spec.chance_accuracy
         ax.axvline(chance, color="grey", ls="--", lw=1, label=f"chance {chance:.3g}")
@@ -176,6 +313,6 @@ def plot_summary(summary: Summary, experiment: Experiment, path: Path) -> None:
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"test {experiment.metric} (mean ± 95% interval; dots: seeds)")
-    ax.set_title(experiment.name)
+    ax.set_title(f"{experiment.name} ({experiment.claim_id})")
     ax.grid(axis="x", alpha=0.3)
     report.save_figure(fig, path)

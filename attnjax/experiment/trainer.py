@@ -22,7 +22,10 @@ from jaxtyping import Array, Float
 from attnjax import analysis, nn, tasks
 from attnjax.experiment.config import ExperimentConfig, OptimConfig, task_name
 
-EVAL_SPLITS = {"valid": 1, "test": 2}  # fixed evaluation keys, shared by all runs
+# Every random stream of a run derives from its seed: fold_in(key(seed), stream), then the
+# step (training data, dropout) or the split (evaluation batches).
+DATA, INIT, EVAL, DROPOUT = range(4)
+EVAL_SPLITS = {"valid": 1, "test": 2}
 # XLA backend optimization levels (CPU, XOR model, 150 steps of 9 runs): level 0 compiles in a
 # third of the default level's (3) time and runs 2-4x slower; level 1 compiles in half the
 # time and runs as fast.
@@ -80,7 +83,7 @@ class Trainer:
         jit = functools.partial(jax.jit, compiler_options=options)
         self._init = jax.jit(jax.vmap(self._init_one), compiler_options=QUICK)  # runs once
         self._chunk = jit(jax.vmap(self._chunk_one, in_axes=(0, 0, 0, None)))
-        self._eval = jit(jax.vmap(self._eval_one, in_axes=(0, 0, None)))
+        self._eval = jit(jax.vmap(self._eval_one, in_axes=(0, 0, 0, None)))
 
     def build_model(self, key: Array) -> nnx.Module:
         """One run's model from its init ``key``, recording attention weights when the loss or
@@ -94,26 +97,30 @@ class Trainer:
         return model
 
     def _init_one(self, seed: Array) -> tuple[Any, Any, Any]:
-        key = jax.random.fold_in(jax.random.key(seed), 1)
+        key = jax.random.fold_in(jax.random.key(seed), INIT)
         _, params, rest = nnx.split(self.build_model(key), nnx.Param, ...)
         return params, rest, self.tx.init(params)
 
     def _forward(
-        self, params: Any, rest: Any, batch: dict
+        self, params: Any, rest: Any, batch: dict, dropout_key: Array | None = None
     ) -> tuple[Array, list[Array], list[Array]]:
         """Logits ``[B, T, C]``, and the attention weights ``[B, N, T, S]`` and their
-        log-sum-exp ``[B, N, T]`` sown by each layer."""
+        log-sum-exp ``[B, N, T]`` sown by each layer. Dropout is applied, with masks drawn from
+        ``dropout_key``, iff a key is given (training); evaluation is deterministic."""
         model = nnx.merge(self.graphdef, params, rest)
-        logits, sown = nnx.capture(model, nnx.Intermediate)(batch)
+        call = {}
+        if self.config.model.dropout > 0:
+            call = {"deterministic": dropout_key is None, "rngs": dropout_key}
+        logits, sown = nnx.capture(model, nnx.Intermediate)(batch, **call)
         weights, lse = (
             jax.tree.leaves(nnx.filter_state(sown, nnx.PathContains(name)))
             for name in ("attention_weights", "attention_lse")
         )
         return logits, weights, lse
 
-    def _loss(self, params: Any, rest: Any, batch: dict) -> Float[Array, ""]:
+    def _loss(self, params: Any, rest: Any, batch: dict, dropout_key: Array) -> Float[Array, ""]:
         train = self.config.train
-        logits, weights, _ = self._forward(params, rest, batch)
+        logits, weights, _ = self._forward(params, rest, batch, dropout_key)
         loss = self.task.loss(logits, batch)
         if train.z_loss:
             mask = batch["loss_mask"][..., None]
@@ -126,33 +133,39 @@ class Trainer:
             loss = loss + train.diversity_weight * sum(penalty(w) for w in weights)
         return loss
 
-    def _step_one(self, state, learning_rate, key: Array):
-        """One training step of one run on the batch drawn from ``key``: new state, loss."""
+    def _step_one(self, state, learning_rate, seed: Array, step: Array):
+        """Training step ``step`` of one run: the batch and the dropout masks are drawn from
+        keys of (seed, step), so reruns and resumed runs are bit-exact. New state, loss."""
         params, rest, opt_state = state
-        batch = self.task.generate(key, self.config.train.batch_size, self.config.task)
-        loss, grads = jax.value_and_grad(self._loss)(params, rest, batch)
+        batch_key, dropout_key = (
+            jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), stream), step)
+            for stream in (DATA, DROPOUT)
+        )
+        batch = self.task.generate(batch_key, self.config.train.batch_size, self.config.task)
+        loss, grads = jax.value_and_grad(self._loss)(params, rest, batch, dropout_key)
         updates, opt_state = self.tx.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: learning_rate * u, updates)
         return (optax.apply_updates(params, updates), rest, opt_state), loss
 
     def _chunk_one(self, state, learning_rate, seed, start_step):
         """``eval_every`` steps of one run; returns the new state and the mean training loss."""
-        data_key = jax.random.fold_in(jax.random.key(seed), 0)
 
         def step(state, i):
-            return self._step_one(
-                state, learning_rate, jax.random.fold_in(data_key, start_step + i)
-            )
+            return self._step_one(state, learning_rate, seed, start_step + i)
 
         state, losses = jax.lax.scan(step, state, jnp.arange(self.config.train.eval_every))
         return state, jnp.mean(losses)
 
-    def _eval_one(self, params, rest, split_id: Array) -> dict[str, Array]:
-        batch = self.task.generate(
-            jax.random.fold_in(jax.random.key(10**6), split_id),
-            self.config.train.eval_batch_size,
-            self.config.task,
-        )
+    def eval_batch(self, seed: Array | int, split: str | Array) -> dict[str, Array]:
+        """The evaluation batch of ``split`` (a name of ``EVAL_SPLITS`` or its id) for the runs
+        of ``seed``: a draw of its own per seed, from keys disjoint from those of the training
+        data, initialization and dropout."""
+        split_id = EVAL_SPLITS[split] if isinstance(split, str) else split
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), EVAL), split_id)
+        return self.task.generate(key, self.config.train.eval_batch_size, self.config.task)
+
+    def _eval_one(self, params, rest, seed: Array, split_id: Array) -> dict[str, Array]:
+        batch = self.eval_batch(seed, split_id)
         logits, weights, lse = self._forward(params, rest, batch)
         metrics = dict(self.task.metrics(logits, batch))
         if self.config.train.diagnostics and weights:
@@ -171,10 +184,11 @@ class Trainer:
         seeds = shard_runs(jnp.asarray(runs.seeds, jnp.uint32))
         return self._chunk(state, learning_rates, seeds, jnp.int32(start_step))
 
-    def evaluate(self, state, split: str) -> dict[str, np.ndarray]:
-        """Metrics of every run on a split's fixed evaluation batch, each ``[R]``."""
+    def evaluate(self, state, runs: Runs, split: str) -> dict[str, np.ndarray]:
+        """Metrics of every run on its seed's evaluation batch of ``split``, each ``[R]``."""
         params, rest, _ = state
-        metrics = self._eval(params, rest, jnp.uint32(EVAL_SPLITS[split]))
+        seeds = shard_runs(jnp.asarray(runs.seeds, jnp.uint32))
+        metrics = self._eval(params, rest, seeds, jnp.uint32(EVAL_SPLITS[split]))
         return {k: np.asarray(v) for k, v in metrics.items()}
 
     def param_count(self) -> int:
@@ -185,7 +199,7 @@ class Trainer:
         """XLA's FLOP count (before optimization) of one run's training step: batch, loss,
         gradients and update."""
         state = jax.eval_shape(self._init_one, jnp.uint32(0))
-        step = jax.jit(self._step_one).lower(state, 1.0, jax.random.key(0))
+        step = jax.jit(self._step_one).lower(state, 1.0, jnp.uint32(0), jnp.int32(0))
         return float(step.cost_analysis().get("flops", float("nan")))
 
 

@@ -132,11 +132,14 @@ class MultiHeadAttention(nnx.Module):
         is_causal: bool = False,
         positions: Int[Array, "*#B T"] | None = None,
         deterministic: bool | None = None,
+        rngs: nnx.Rngs | Array | None = None,
         return_weights: bool = False,
     ) -> Float[Array, "B T Dout"] | tuple[Float[Array, "B T Dout"], Float[Array, "B N T S"]]:
         """Self-attention (``inputs_kv`` None) or cross-attention; ``mask`` is True where a
         query may attend. RoPE positions default to ``0..T-1``; keys share the queries'
-        positions in self-attention and use ``0..S-1`` in cross-attention."""
+        positions in self-attention and use ``0..S-1`` in cross-attention. Dropout draws its
+        mask from ``rngs`` (an ``nnx.Rngs`` or a key) when given, else from the module's own
+        stream."""
         self_attention = inputs_kv is None
         inputs_kv = inputs_q if self_attention else inputs_kv
         q, k, v = self.query(inputs_q), self.key(inputs_kv), self.value(inputs_kv)
@@ -171,7 +174,9 @@ class MultiHeadAttention(nnx.Module):
         )
         out, weights, lse = result if dense else (result, None, None)
         if dropout:
-            out = _weighted_sum(self.dropout(weights, deterministic=False), v).astype(out.dtype)
+            out = _weighted_sum(self.dropout(weights, deterministic=False, rngs=rngs), v).astype(
+                out.dtype
+            )
         if self.sow_weights:
             self.sow(nnx.Intermediate, "attention_weights", weights)
             self.sow(nnx.Intermediate, "attention_lse", lse)

@@ -75,6 +75,8 @@ class ModelConfig:
         for field in dataclasses.fields(self):
             check_type(field.name, getattr(self, field.name), field.type)
         _one_of("kind", self.kind, sorted(MODELS))
+        if self.dropout > 0 and self.kind != "transformer":
+            raise ValueError(f"dropout: only the transformer has dropout, got kind={self.kind!r}")
         _one_of("score", self.score, sorted(SCORE_MODULES))
         _one_of("positional", self.positional, POSITIONAL)
         _one_of("embedding", self.embedding, EMBEDDINGS)
@@ -122,6 +124,14 @@ class ModelConfig:
         if self.score == "cosine":
             return {"length": self.max_len}
         return {}
+
+    @property
+    def receptive_field(self) -> int | None:
+        """How many positions (itself included) a causal CNN's output sees: dilation ``2^l``
+        in layer ``l`` gives ``1 + (kernel_size - 1)(2^layers - 1)``; None for other kinds."""
+        if self.kind != "cnn":
+            return None
+        return 1 + (self.kernel_size - 1) * (2**self.layers - 1)
 
     def dtypes(self) -> dict[str, Any]:
         """``{"dtype": ..., "param_dtype": ...}`` as JAX dtypes for module constructors."""

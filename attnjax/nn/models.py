@@ -74,11 +74,19 @@ class Transformer(nnx.Module):
         )
         self.readout = readout(c, rngs)
 
-    def __call__(self, batch: Batch) -> Float[Array, "B T C"]:
+    def __call__(
+        self,
+        batch: Batch,
+        *,
+        deterministic: bool | None = None,
+        rngs: nnx.Rngs | Array | None = None,
+    ) -> Float[Array, "B T C"]:
+        """Logits of ``batch``; ``deterministic`` and ``rngs`` (an ``nnx.Rngs`` or a key)
+        control attention dropout as in :class:`MultiHeadAttention`."""
         x = self.embed(batch["inputs"])
         if self.positional is not None:
             x = self.positional(x)
-        x = self.encoder(x, is_causal=self.causal)
+        x = self.encoder(x, is_causal=self.causal, deterministic=deterministic, rngs=rngs)
         return self.readout(x).astype(jnp.float32)
 
 

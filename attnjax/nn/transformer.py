@@ -68,15 +68,30 @@ class Block(nnx.Module):
         memory_mask: Bool[Array, "#B #N #T #S"] | None = None,
         is_causal: bool = False,
         positions: Int[Array, "*#B T"] | None = None,
+        deterministic: bool | None = None,
+        rngs: nnx.Rngs | Array | None = None,
     ) -> Float[Array, "B T D"]:
-        """Self-attention over ``x``; cross-attention to ``memory`` if the block has it."""
+        """Self-attention over ``x``; cross-attention to ``memory`` if the block has it.
+        ``deterministic`` and ``rngs`` (a key is split per sublayer) go to attention dropout."""
+        dropout = {"deterministic": deterministic}
         x = x + self.attention(
-            _apply(self.attention_norm, x), mask=mask, is_causal=is_causal, positions=positions
+            _apply(self.attention_norm, x),
+            mask=mask,
+            is_causal=is_causal,
+            positions=positions,
+            rngs=layer_rngs(rngs, 0),
+            **dropout,
         )
         if self.cross is not None:
             if memory is None:
                 raise ValueError("memory: a block with cross_attention needs memory [B, S, D]")
-            x = x + self.cross(_apply(self.cross_norm, x), memory, mask=memory_mask)
+            x = x + self.cross(
+                _apply(self.cross_norm, x),
+                memory,
+                mask=memory_mask,
+                rngs=layer_rngs(rngs, 1),
+                **dropout,
+            )
         if self.mlp is not None:
             x = x + self.mlp(_apply(self.mlp_norm, x))
         return x
@@ -84,6 +99,14 @@ class Block(nnx.Module):
 
 def _apply(norm: nnx.LayerNorm | None, x: Array) -> Array:
     return x if norm is None else norm(x)
+
+
+def layer_rngs(rngs: nnx.Rngs | Array | None, index: int) -> nnx.Rngs | Array | None:
+    """A key of its own for sublayer ``index`` when ``rngs`` is a key (the same key in two
+    layers would draw the same dropout mask); an ``nnx.Rngs`` or None as it is."""
+    if isinstance(rngs, jax.Array):
+        return jax.random.fold_in(rngs, index)
+    return rngs
 
 
 class Encoder(nnx.Module):
@@ -103,9 +126,18 @@ class Encoder(nnx.Module):
         mask: Bool[Array, "#B #N #T #T"] | None = None,
         is_causal: bool = False,
         positions: Int[Array, "*#B T"] | None = None,
+        deterministic: bool | None = None,
+        rngs: nnx.Rngs | Array | None = None,
     ) -> Float[Array, "B T D"]:
-        for block in self.blocks:
-            x = block(x, mask=mask, is_causal=is_causal, positions=positions)
+        for i, block in enumerate(self.blocks):
+            x = block(
+                x,
+                mask=mask,
+                is_causal=is_causal,
+                positions=positions,
+                deterministic=deterministic,
+                rngs=layer_rngs(rngs, i),
+            )
         return _apply(self.norm, x)
 
 
@@ -129,9 +161,19 @@ class Decoder(nnx.Module):
         *,
         memory_mask: Bool[Array, "#B #N #T #S"] | None = None,
         positions: Int[Array, "*#B T"] | None = None,
+        deterministic: bool | None = None,
+        rngs: nnx.Rngs | Array | None = None,
     ) -> Float[Array, "B T D"]:
-        for block in self.blocks:
-            x = block(x, memory, memory_mask=memory_mask, is_causal=True, positions=positions)
+        for i, block in enumerate(self.blocks):
+            x = block(
+                x,
+                memory,
+                memory_mask=memory_mask,
+                is_causal=True,
+                positions=positions,
+                deterministic=deterministic,
+                rngs=layer_rngs(rngs, i),
+            )
         return _apply(self.norm, x)
 
 

@@ -1,9 +1,12 @@
+import json
 import pathlib
+import re
 
 import pytest
 
 from attnjax.cli import main
 from attnjax.experiment import load_file
+from attnjax.experiment.storage import read_csv
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +31,18 @@ def run_smoke(tmp_path, capsys):
         return capsys.readouterr().out.lower(), tmp_path
 
     return run
+
+
+def check_record(out: pathlib.Path, claims: list[str], figures: list[str]) -> None:
+    """``out`` holds an experiment's record: ``report.md`` opening with one verdict line per
+    claim, ``results.csv`` with ``point`` and ``seed`` columns, ``env.json`` with the command,
+    and the ``figures``."""
+    lines = (out / "report.md").read_text().splitlines()
+    pattern = r"verdict (.+): (supported|refuted|inconclusive)"
+    judged = [re.fullmatch(pattern, line).group(1) for line in lines[: len(claims)]]
+    assert judged == claims and lines[len(claims)] == ""
+    rows = read_csv(out / "results.csv")
+    assert rows and {"point", "seed"} <= set(rows[0])
+    assert json.loads((out / "env.json").read_text())["command"].startswith("attnjax sweep")
+    for figure in figures:
+        assert (out / figure).stat().st_size > 1000

@@ -4,21 +4,20 @@ The multi-head and positional experiments are in test_multihead_experiments.py, 
 two test workers (``--dist loadfile``) share the load."""
 
 import pytest
+from tests.experiment.conftest import check_record
 
-from attnjax.experiment.sweep import VERDICTS
-
-OUTPUTS = {
-    "activation": ["analysis.md", "activation.png"],
-    "dk_scaling": ["analysis.md", "dk_scaling_init.png", "report.md", "summary.png"],
-    "gradient_path": ["analysis.md", "gradient_path.png"],
-    "qk_norm": ["analysis.md", "qk_norm.png"],
-    "temperature": ["analysis.md", "temperature.png"],
+RECORDS = {  # claims judged, figures
+    "activation": (["S8"], ["activation.png"]),
+    "dk_scaling": (["S1", "S2"], ["dk_scaling_init.png", "summary.png"]),
+    "gradient_path": (["E7"], ["gradient_path.png"]),
+    "qk_norm": (["S6"], ["qk_norm.png"]),
+    "temperature": (["S5"], ["temperature.png"]),
 }
 
 
-@pytest.mark.parametrize("name", sorted(OUTPUTS))
+@pytest.mark.parametrize("name", sorted(RECORDS))
 def test_smoke_end_to_end(name, run_smoke):
     printed, out = run_smoke(name)
-    assert any(f"verdict: {v}." in printed for v in VERDICTS)
-    for output in OUTPUTS[name]:  # analyze() writes analysis.md, a sweep report.md
-        assert (out / output).stat().st_size > 0
+    claims, figures = RECORDS[name]
+    check_record(out, claims, figures)
+    assert all(f"verdict {c.lower()}: " in printed for c in claims)
