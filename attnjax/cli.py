@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from attnjax import experiment
 from attnjax.attention import attention
+from attnjax.experiment import claims as experiment_claims
 from attnjax.experiment import record, storage
 from attnjax.experiment.sweep import edge_points, summary_table
 from attnjax.scores import dot, scaled_dot
@@ -127,6 +128,16 @@ def sweep(args: argparse.Namespace) -> None:
         print(f"published: {dest}")
 
 
+def claims(args: argparse.Namespace) -> None:
+    """Rewrite (or with ``--check`` compare) the generated blocks of docs/claims.md and
+    README.md from the records in results/."""
+    changed = experiment_claims.update(args.root, check=args.check)
+    if args.check and changed:
+        names = "; ".join(changed)
+        raise SystemExit(f"generated blocks differ from results/: {names} (run `attnjax claims`)")
+    print(("differ: " if args.check else "rewritten: ") + ("; ".join(changed) or "none"))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="attnjax", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -153,9 +164,15 @@ def main(argv: list[str] | None = None) -> None:
         "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
         help="override a config field; the value is parsed as a Python literal",
     )  # fmt: skip
+    sub = commands.add_parser(
+        "claims", help="generate the claims tables of docs/claims.md and README.md from results/"
+    )
+    sub.add_argument("--root", type=Path, default=Path("."), help="the project folder")
+    sub.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
-    {"demo": lambda _: demo(), "run": run, "sweep": sweep}[args.command](args)
+    commands = {"demo": lambda _: demo(), "run": run, "sweep": sweep, "claims": claims}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

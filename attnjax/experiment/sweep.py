@@ -145,7 +145,8 @@ def labels(points: Sequence[Mapping[str, Any]]) -> list[str]:
     """Short labels, or full ones where short labels would collide (``task.seed`` and
     ``train.seed``)."""
     short = [label(p) for p in points]
-    full = len(set(short)) < len(short)
+    names = [[k.rsplit(".", 1)[-1] for k in p] for p in points]
+    full = len(set(short)) < len(short) or any(len(set(n)) < len(n) for n in names)
     return [label(p, full=full) for p in points]
 
 

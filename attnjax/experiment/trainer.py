@@ -137,15 +137,18 @@ class Trainer:
         """Training step ``step`` of one run: the batch and the dropout masks are drawn from
         keys of (seed, step), so reruns and resumed runs are bit-exact. New state, loss."""
         params, rest, opt_state = state
-        batch_key, dropout_key = (
-            jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), stream), step)
-            for stream in (DATA, DROPOUT)
-        )
+        batch_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), DATA), step)
         batch = self.task.generate(batch_key, self.config.train.batch_size, self.config.task)
+        dropout_key = self.dropout_key(seed, step)
         loss, grads = jax.value_and_grad(self._loss)(params, rest, batch, dropout_key)
         updates, opt_state = self.tx.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: learning_rate * u, updates)
         return (optax.apply_updates(params, updates), rest, opt_state), loss
+
+    @staticmethod
+    def dropout_key(seed: Array | int, step: Array | int) -> Array:
+        """The key of training step ``step``'s dropout masks in the runs of ``seed``."""
+        return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), DROPOUT), step)
 
     def _chunk_one(self, state, learning_rate, seed, start_step):
         """``eval_every`` steps of one run; returns the new state and the mean training loss."""

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from attnjax.experiment import Stats, label, load_file, sweep, with_overrides
+from attnjax.experiment import Stats, Summary, load_file, sweep, with_overrides
 from attnjax.experiment.sweep import VERDICTS
 
 EXPERIMENTS = ["xor_relation", "xor_bits", "min_of_keys", "impostor", "mqa_ordering", "copy",
@@ -28,13 +28,13 @@ def test_experiment_file_configs_verdict_and_one_trained_point(name, tmp_path):
     experiment = load_file(ROOT / "experiments" / f"{name}.py").get_experiment(smoke=True)
     assert experiment.points and all(with_overrides(experiment.base, p) for p in experiment.points)
     for value in (0.0, 1.0):  # the rule reads every point's stats and returns a verdict
-        fake = {label(p): Stats(value, math.nan, (value,), 1e-3, 1) for p in experiment.points}
-        verdict, reason = experiment.verdict(fake)
+        stats = Stats(value, math.nan, (value,), 1e-3, 1)
+        verdict, reason = experiment.verdict(Summary([(p, stats) for p in experiment.points]))
         assert verdict in VERDICTS and reason
 
     subset = dataclasses.replace(
         experiment, points=_one_point_per_kind(experiment), verdict=lambda s: ("inconclusive", "-")
     )
-    summary, _, _ = sweep(subset, tmp_path, num_seeds=1)
-    assert set(summary) == {label(p) for p in subset.points}
-    assert (tmp_path / "report.md").exists() and (tmp_path / "summary.png").exists()
+    outcome = sweep(subset, tmp_path, num_seeds=1)
+    assert [p for p, _ in outcome.summary] == list(subset.points)
+    assert outcome.claim_id == experiment.claim_id and (tmp_path / "summary.png").exists()

@@ -2,6 +2,7 @@
 ``attnjax sweep``: each writes its record (verdict lines, results, environment, figures)."""
 
 import pytest
+
 from tests.experiment.conftest import check_record
 
 RECORDS = {  # claims judged, figures

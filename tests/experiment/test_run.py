@@ -12,16 +12,25 @@ import numpy as np
 import pytest
 
 from attnjax import cli, tasks
-from attnjax.experiment import load_run, train_and_evaluate, with_overrides
+from attnjax.experiment import Runs, load_run, train_and_evaluate, with_overrides
 from attnjax.experiment.storage import read_csv, read_jsonl
+from attnjax.experiment.trainer import get_trainer
 
 ROOT = pathlib.Path(__file__).parents[2]
 
 
+DROPOUT = {"model.dropout": 0.3}  # every run test trains with dropout
+
+
 @pytest.fixture(scope="module")
-def reference_run(smoke_config, tmp_path_factory):
+def dropout_config(smoke_config):
+    return with_overrides(smoke_config, DROPOUT)
+
+
+@pytest.fixture(scope="module")
+def reference_run(dropout_config, tmp_path_factory):
     out = tmp_path_factory.mktemp("reference")
-    rows = train_and_evaluate(smoke_config, out, num_seeds=2)
+    rows = train_and_evaluate(dropout_config, out, num_seeds=2)
     return out, rows
 
 
@@ -34,7 +43,7 @@ def _train_losses(path, step):
     }
 
 
-def test_run_folder_contents(smoke_config, reference_run):
+def test_run_folder_contents(dropout_config, reference_run):
     out, rows = reference_run
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "metrics.jsonl", "results.csv", "report.md", "curves.png",
@@ -42,7 +51,7 @@ def test_run_folder_contents(smoke_config, reference_run):
     assert (out / "attention.png").stat().st_size > 10_000  # a rendered heatmap, not blank
     assert [r["seed"] for r in rows] == [0, 1]
     # a step's forward pass alone multiplies every parameter with every example at least once
-    batch_size = smoke_config.train.batch_size
+    batch_size = dropout_config.train.batch_size
     assert rows[0]["flops_per_step"] > 2 * batch_size * rows[0]["params"] > 0
     assert 0 <= rows[0]["test_accuracy"] <= 1
     env = json.loads((out / "env.json").read_text())
@@ -51,59 +60,78 @@ def test_run_folder_contents(smoke_config, reference_run):
     assert not any(p.suffix in (".pkl", ".pickle") for p in out.rglob("*"))
 
 
-def test_rerun_reproduces_results_exactly(smoke_config, reference_run, tmp_path):
-    train_and_evaluate(smoke_config, tmp_path, num_seeds=2)
+def test_rerun_reproduces_results_exactly(dropout_config, reference_run, tmp_path):
+    train_and_evaluate(dropout_config, tmp_path, num_seeds=2)
     first = (reference_run[0] / "results.csv").read_text()
     assert (tmp_path / "results.csv").read_text() == first
 
 
 def test_finished_run_invoked_again_rewrites_the_same_results(
-    smoke_config, reference_run, tmp_path
+    dropout_config, reference_run, tmp_path
 ):
     shutil.copytree(reference_run[0], tmp_path, dirs_exist_ok=True)
     (tmp_path / "results.csv").unlink()
-    train_and_evaluate(smoke_config, tmp_path, num_seeds=2)
+    train_and_evaluate(dropout_config, tmp_path, num_seeds=2)
     first = (reference_run[0] / "results.csv").read_text()
     assert (tmp_path / "results.csv").read_text() == first
 
 
-def test_resume_after_interruption_matches_uninterrupted(smoke_config, reference_run, tmp_path):
+def test_resume_after_interruption_matches_uninterrupted(dropout_config, reference_run, tmp_path):
     def interrupt(step, total):
         if step < total:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train_and_evaluate(smoke_config, tmp_path, num_seeds=2, progress=interrupt)
+        train_and_evaluate(dropout_config, tmp_path, num_seeds=2, progress=interrupt)
     assert not (tmp_path / "results.csv").exists()
-    train_and_evaluate(smoke_config, tmp_path, num_seeds=2)
+    train_and_evaluate(dropout_config, tmp_path, num_seeds=2)
     assert read_csv(tmp_path / "results.csv") == read_csv(reference_run[0] / "results.csv")
     assert read_jsonl(tmp_path / "metrics.jsonl") == read_jsonl(reference_run[0] / "metrics.jsonl")
 
 
-def test_vectorized_seeds_match_separate_runs(smoke_config, reference_run, tmp_path):
-    alone = with_overrides(smoke_config, {"train.seed": 1})
+def test_vectorized_seeds_match_separate_runs(dropout_config, reference_run, tmp_path):
+    alone = with_overrides(dropout_config, {"train.seed": 1})
     train_and_evaluate(alone, tmp_path, num_seeds=1)
-    step = smoke_config.train.eval_every
+    step = dropout_config.train.eval_every
     np.testing.assert_allclose(
         _train_losses(tmp_path, step)[1], _train_losses(reference_run[0], step)[1], rtol=1e-5
     )
 
 
-def test_existing_folder_of_another_config_is_never_overwritten(smoke_config, reference_run):
-    other = with_overrides(smoke_config, {"model.heads": 2})
+def test_existing_folder_of_another_config_is_never_overwritten(dropout_config, reference_run):
+    other = with_overrides(dropout_config, {"model.heads": 2})
     with pytest.raises(ValueError, match="overwrite"):
         train_and_evaluate(other, reference_run[0], num_seeds=2)
 
 
 def test_load_run_restores_a_model_that_reproduces_the_final_metric(reference_run):
     out, rows = reference_run
-    config, model, metrics = load_run(out, run=1)
-    task = tasks.get("xor_relation")
-    key = jax.random.fold_in(jax.random.key(10**6), 2)  # the test split's batch
-    batch = task.generate(key, config.train.eval_batch_size, config.task)
-    accuracy = float(task.metrics(model(batch), batch)["accuracy"])
-    np.testing.assert_allclose(accuracy, rows[1]["test_accuracy"], rtol=1e-6)
+    config, model, metrics = load_run(out, run=1)  # seed 1, trained with dropout 0.3
+    assert config.model.dropout == 0.3
+    batch = get_trainer(config).eval_batch(1, "test")
+    measured = tasks.get("xor_relation").metrics(model(batch, deterministic=True), batch)
+    assert float(measured["accuracy"]) == rows[1]["test_accuracy"]
+    np.testing.assert_allclose(float(measured["loss"]), rows[1]["test_loss"], atol=1e-6)
     assert metrics and {"seed", "step", "split", "metric", "value"} <= set(metrics[0])
+
+
+def test_dropout_masks_follow_seed_and_step_and_evaluation_is_deterministic(dropout_config):
+    trainer = get_trainer(dropout_config)
+    runs = Runs.grid([0], [1e-3])
+    state, _ = trainer.init(runs)
+    params, rest, _ = jax.tree.map(lambda x: x[0], state)
+    batch = trainer.eval_batch(0, "valid")
+    loss = jax.jit(trainer._loss)
+
+    def at(seed, step):
+        return float(loss(params, rest, batch, trainer.dropout_key(seed, step)))
+
+    assert at(0, 0) == at(0, 0)  # a (seed, step) draws one mask
+    assert len({at(0, 0), at(0, 1), at(1, 0)}) == 3  # other steps and seeds draw others
+    first, second = trainer.evaluate(state, runs, "test"), trainer.evaluate(state, runs, "test")
+    assert first.keys() == second.keys()
+    for name, values in first.items():  # no dropout in evaluation: see the load_run test
+        np.testing.assert_array_equal(values, second[name])
 
 
 def test_cli_run_with_set_override(tmp_path, capsys):
@@ -123,8 +151,9 @@ def test_cli_run_with_set_override(tmp_path, capsys):
 def test_sharded_seeds_on_four_devices_match_one_device(reference_run, tmp_path):
     script = (
         "import jax, sys; assert jax.device_count() == 4\n"
-        "from attnjax.experiment import load_file, train_and_evaluate\n"
+        "from attnjax.experiment import load_file, train_and_evaluate, with_overrides\n"
         f"c = load_file({str(ROOT / 'configs' / 'xor_relation.py')!r}).get_config('smoke')\n"
+        f"c = with_overrides(c, {DROPOUT!r})\n"
         f"train_and_evaluate(c, {str(tmp_path)!r}, num_seeds=4)\n"
     )
     env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}

@@ -4,6 +4,7 @@ The multi-head and positional experiments are in test_multihead_experiments.py, 
 two test workers (``--dist loadfile``) share the load."""
 
 import pytest
+
 from tests.experiment.conftest import check_record
 
 RECORDS = {  # claims judged, figures

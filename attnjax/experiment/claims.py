@@ -1,0 +1,175 @@
+"""The claims and their published records: ``results/<experiment>/`` → the generated blocks
+of ``docs/claims.md`` and ``README.md``.
+
+A generated block sits between ``<!-- claims:NAME -->`` and ``<!-- claims:end -->``; only what
+is between the markers is rewritten. Blocks: ``summary`` (every claim, its experiments and
+verdicts) and ``results:<experiment>`` (the experiment's report) in ``docs/claims.md``, and
+``readme`` in ``README.md``.
+"""
+
+import dataclasses
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from attnjax.experiment import storage
+from attnjax.experiment.report import markdown_table
+
+BLOCK = re.compile(
+    r"(<!-- claims:(?P<name>[\w:.-]+) -->\n)(?P<body>.*?)(<!-- claims:end -->)", re.S
+)
+VERDICT_LINE = re.compile(r"verdict (?P<claim>.+?): (?P<verdict>supported|refuted|inconclusive)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A claim of ``CLAIMS.md`` (``id``, e.g. ``"E1"``), what it says in a few words, and the
+    experiments (``experiments/<name>.py``) that judge it."""
+
+    id: str
+    title: str
+    experiments: tuple[str, ...]
+
+
+CLAIMS = (
+    Claim("E1", "bilinear scores cannot rank an XOR-relevant key, additive can", ("xor_relation",)),
+    Claim("E2", "one head cannot do XOR of two bits, two heads can", ("xor_bits",)),
+    Claim(
+        "E3", "one dot head cannot select argmax min(k₁, k₂); two heads + MLP can", ("min_of_keys",)
+    ),
+    Claim("E4", "a large-norm impostor fools dot, not cosine or additive", ("impostor",)),
+    Claim("E5", "MQA cannot realize two key orderings that MHA can", ("mqa_ordering",)),
+    Claim("E6", "two layers solve MQAR, one does not; flat in width", ("mqar",)),
+    Claim(
+        "E7",
+        "attention's path does not decay with distance; RNNs' does; CNN sees its field",
+        ("gradient_path", "copy"),
+    ),
+    Claim("S1", "unscaled logits' variance grows as H and softmax saturates", ("dk_scaling",)),
+    Claim("S2", "unscaled dot degrades training as H grows; scaling fixes it", ("dk_scaling",)),
+    Claim("S5", "gradients vanish at both temperature extremes", ("temperature",)),
+    Claim("S6", "QK-LayerNorm caps the max logit and lowers LR sensitivity", ("qk_norm",)),
+    Claim(
+        "S7",
+        "positional amplitude: too small → uniform, too large → collapse",
+        ("positional_amplitude",),
+    ),
+    Claim("S8", "additive: ReLU dead units, bias keeps tanh active", ("activation",)),
+    Claim(
+        "M1",
+        "degenerate inputs collapse heads; diversity penalties keep them apart",
+        ("head_diversity",),
+    ),
+    Claim("M2", "pruning heads: a plateau, then a cliff", ("head_pruning",)),
+)
+EXPERIMENTS = tuple(dict.fromkeys(e for c in CLAIMS for e in c.experiments))
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """An experiment's published record: ``verdicts`` and ``reasons`` by claim id, and the
+    report's ``body`` (``report.md`` after its verdict lines)."""
+
+    verdicts: dict[str, str]
+    reasons: dict[str, str]
+    body: str
+    command: str
+
+
+def read_record(folder: Path) -> Record | None:
+    """The record in ``folder`` (``results/<experiment>``), or None if it has none."""
+    if not (folder / "report.md").exists():
+        return None
+    lines = (folder / "report.md").read_text().splitlines()
+    verdicts = {}
+    while lines and (match := VERDICT_LINE.fullmatch(lines[0])):
+        verdicts[match["claim"]] = match["verdict"]
+        lines.pop(0)
+    body = "\n".join(lines).strip() + "\n"
+    reasons = {
+        m["claim"]: m["reason"].strip()
+        for m in re.finditer(r"\*\*Verdict \((?P<claim>[^)]+)\): \w+\.\*\* (?P<reason>.*)", body)
+    }
+    env = storage.read_json(folder / "env.json") if (folder / "env.json").exists() else {}
+    return Record(verdicts, reasons, body, env.get("command", ""))
+
+
+def blocks(root: Path) -> dict[str, str]:
+    """Every generated block's content, from ``root/results/``."""
+    records = {e: read_record(root / "results" / e) for e in EXPERIMENTS}
+    out = {"summary": summary_block(records), "readme": readme_block(records)}
+    for name, record in records.items():
+        out[f"results:{name}"] = results_block(name, record)
+    return out
+
+
+def _verdict(records: dict[str, Record | None], claim: Claim, experiment: str) -> str:
+    record = records[experiment]
+    if record is None:
+        return "not yet rerun (no committed record)"
+    return record.verdicts.get(claim.id, "not judged")
+
+
+def summary_block(records: dict[str, Record | None]) -> str:
+    rows = []
+    for claim in CLAIMS:
+        for e in claim.experiments:
+            record = records[e]
+            reason = record.reasons.get(claim.id, "") if record else ""
+            rows.append([f"{claim.id} {claim.title}", f"[`{e}`](#{e})",
+                         _verdict(records, claim, e), reason])  # fmt: skip
+    return markdown_table(["claim", "experiment", "verdict", "measured"], rows)
+
+
+def readme_block(records: dict[str, Record | None]) -> str:
+    rows = [[f"{c.id} {c.title}", f"`{e}`", _verdict(records, c, e)]
+            for c in CLAIMS for e in c.experiments]  # fmt: skip
+    return markdown_table(["claim", "experiment", "verdict"], rows)
+
+
+def results_block(name: str, record: Record | None) -> str:
+    """The experiment's report, its headings two levels down and its links into
+    ``results/<name>/``."""
+    if record is None:
+        return f"No committed record yet: `attnjax sweep experiments/{name}.py --publish`.\n"
+    body = re.sub(r"^(#+) ", lambda m: "#" * (len(m[1]) + 2) + " ", record.body, flags=re.M)
+    body = re.sub(r"\]\(([\w.-]+\.(?:png|csv))\)", rf"](../results/{name}/\1)", body)
+    return (
+        f"Record: [`results/{name}/`](../results/{name}/) (`results.csv`, `report.md`, "
+        f"`env.json`); command: `{record.command}`.\n\n{body}"
+    )
+
+
+def rewrite(text: str, contents: dict[str, str], on_change: Callable[[str], None]) -> str:
+    """``text`` with each known block's content replaced; ``on_change(name)`` per change."""
+
+    def replace(m: re.Match) -> str:
+        name = m["name"]
+        if name == "end" or name not in contents:
+            return m[0]
+        if m["body"] != contents[name]:
+            on_change(name)
+        return m[1] + contents[name] + m[4]
+
+    return BLOCK.sub(replace, text)
+
+
+TARGETS = {  # file: the blocks it must hold
+    "docs/claims.md": ("summary", *(f"results:{e}" for e in EXPERIMENTS)),
+    "README.md": ("readme",),
+}
+
+
+def update(root: Path, check: bool = False) -> list[str]:
+    """Rewrite the generated blocks under ``root`` (``check``: only compare); return the
+    blocks that differed or are missing, as ``file: block``."""
+    contents, changed = blocks(root), []
+    for target, names in TARGETS.items():
+        path = root / target
+        text = path.read_text()
+        found = {m["name"] for m in BLOCK.finditer(text)}
+        changed += [f"{target}: {name} (missing)" for name in names if name not in found]
+        new = rewrite(text, contents, lambda name, t=target, c=changed: c.append(f"{t}: {name}"))
+        if not check and new != text:
+            path.write_text(new)
+    return changed
