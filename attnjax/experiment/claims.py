@@ -130,11 +130,13 @@ def readme_block(records: dict[str, Record | None]) -> str:
 def results_block(name: str, record: Record | None) -> str:
     """The experiment's report, its headings two levels down and its links into
     ``results/<name>/``."""
+    anchor = f'<a id="{name}"></a>\n\n'
     if record is None:
-        return f"No committed record yet: `attnjax sweep experiments/{name}.py --publish`.\n"
+        command = f"attnjax sweep experiments/{name}.py --seeds 5 --publish"
+        return f"{anchor}No committed record yet: `{command}`.\n"
     body = re.sub(r"^(#+) ", lambda m: "#" * (len(m[1]) + 2) + " ", record.body, flags=re.M)
     body = re.sub(r"\]\(([\w.-]+\.(?:png|csv))\)", rf"](../results/{name}/\1)", body)
-    return (
+    return anchor + (
         f"Record: [`results/{name}/`](../results/{name}/) (`results.csv`, `report.md`, "
         f"`env.json`); command: `{record.command}`.\n\n{body}"
     )

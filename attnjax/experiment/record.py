@@ -41,7 +41,7 @@ def analysis(
     ``figures`` (file names in the run folder) and the verdict."""
     images = "".join(f"![{Path(f).stem}]({f})\n\n" for f in figures)
     body = (
-        f"# {name} ({claim_id}): analysis\n\n{table}\n\n{images}"
+        f"# {name} ({claim_id}): analysis\n\n{table.rstrip()}\n\n{images}"
         f"**Verdict ({claim_id}): {verdict[0]}.** {verdict[1]}\n"
     )
     return Analysis(rows, body, {claim_id: verdict}, csv_name)

@@ -1,0 +1,106 @@
+"""Published records and the generated claims blocks: ``attnjax claims`` writes them from
+``results/``, ``--check`` names stale or missing blocks, the repository's docs are current, and
+a cheap experiment rerun reproduces its committed record."""
+
+import math
+import pathlib
+import shutil
+
+import pytest
+
+from attnjax import cli
+from attnjax.experiment import claims
+from attnjax.experiment.storage import read_csv
+
+ROOT = pathlib.Path(__file__).parents[2]
+TOLERANCE = 1e-6  # absolute, on every number of a rerun's results.csv (measured: bit-identical)
+
+
+def _project(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A project folder with every block's markers, empty, and one record (xor_bits)."""
+    (tmp_path / "docs").mkdir()
+    markers = "".join(f"<!-- claims:{n} -->\n<!-- claims:end -->\n" for n in
+                      claims.TARGETS["docs/claims.md"])  # fmt: skip
+    (tmp_path / "docs" / "claims.md").write_text(f"# Claims\n\nProse stays.\n\n{markers}")
+    (tmp_path / "README.md").write_text("# x\n\n<!-- claims:readme -->\n<!-- claims:end -->\nend\n")
+    record = tmp_path / "results" / "xor_bits"
+    record.mkdir(parents=True)
+    (record / "report.md").write_text(
+        "verdict E2: refuted\n\n# xor_bits\n\n| a |\n|---|\n| 1 |\n\n![summary](summary.png)\n\n"
+        "**Verdict (E2): refuted.** 1 head 0.900.\n"
+    )
+    (record / "env.json").write_text('{"command": "attnjax sweep experiments/xor_bits.py"}')
+    return tmp_path
+
+
+def test_claims_writes_blocks_and_check_names_stale_ones(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert claims.update(root, check=True)  # empty blocks are stale
+    cli.main(["claims", "--root", str(root)])
+    assert claims.update(root, check=True) == []
+    cli.main(["claims", "--root", str(root), "--check"])
+    docs = (root / "docs" / "claims.md").read_text()
+    assert docs.startswith("# Claims\n\nProse stays.")
+    assert "| E2 one head cannot do XOR of two bits, two heads can | [`xor_bits`](#xor_bits) | " \
+        "refuted | 1 head 0.900. |" in docs  # fmt: skip
+    assert (
+        "](../results/xor_bits/summary.png)" in docs
+        and "### xor_bits" in docs
+        and '<a id="xor_bits">' in docs
+    )
+    assert "not yet rerun" in docs  # the experiments without a record
+    readme = (root / "README.md").read_text()
+    assert (
+        "| E2 one head cannot do XOR of two bits, two heads can | `xor_bits` | refuted |" in readme
+    )
+    assert readme.endswith("<!-- claims:end -->\nend\n")
+
+    report = root / "results" / "xor_bits" / "report.md"
+    report.write_text(report.read_text().replace("refuted", "supported"))
+    assert claims.update(root, check=True) == [
+        "docs/claims.md: summary",
+        "docs/claims.md: results:xor_bits",
+        "README.md: readme",
+    ]
+    with pytest.raises(SystemExit, match=r"docs/claims\.md: summary"):
+        cli.main(["claims", "--root", str(root), "--check"])
+    capsys.readouterr()
+
+
+def test_a_missing_block_is_named(tmp_path):
+    root = _project(tmp_path)
+    (root / "README.md").write_text("no markers\n")
+    assert "README.md: readme (missing)" in claims.update(root)
+
+
+def test_repository_docs_match_the_committed_results():
+    assert claims.update(ROOT, check=True) == []
+
+
+def test_every_committed_record_judges_its_claims():
+    for claim in claims.CLAIMS:
+        for name in claim.experiments:
+            record = claims.read_record(ROOT / "results" / name)
+            if record is not None:
+                assert claim.id in record.verdicts, (name, claim.id)
+                assert read_csv(ROOT / "results" / name / "results.csv")
+
+
+def test_rerun_reproduces_the_committed_record(tmp_path, capsys):
+    """xor_bits (4 points x 5 seeds x 3 learning rates, about 20 s) rerun from scratch."""
+    committed = ROOT / "results" / "xor_bits"
+    cli.main(["sweep", str(ROOT / "experiments" / "xor_bits.py"), "--seeds", "5",
+              "--out", str(tmp_path)])  # fmt: skip
+    capsys.readouterr()
+    rerun, published = read_csv(tmp_path / "results.csv"), read_csv(committed / "results.csv")
+    assert len(rerun) == len(published) == 60 and rerun[0].keys() == published[0].keys()
+    for new, old in zip(rerun, published, strict=True):
+        for column, value in old.items():
+            try:
+                assert math.isclose(float(new[column]), float(value), abs_tol=TOLERANCE), column
+            except ValueError:  # text columns
+                assert new[column] == value, column
+    verdicts = [line for line in (committed / "report.md").read_text().splitlines()
+                if line.startswith("verdict ")]  # fmt: skip
+    assert (tmp_path / "report.md").read_text().startswith("\n".join(verdicts) + "\n\n")
+    shutil.rmtree(tmp_path / "points")
