@@ -64,7 +64,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         ["score", "bias", "input std", *names],
         [[s, b, x, *(f"{v[n]:.3f}" for n in names)] for (s, b, x), v in stats.items()],
     )  # fmt: skip
-    _plot(stats, out / "activation.png")
+    _plot(stats, out / "summary.png")
     tanh = {b: stats["additive", b, 1.0] for b in BIASES}
     relu = {b: stats["additive_relu", b, 1.0] for b in BIASES}
     bias_claim = tanh["none"]["entropy"] - tanh["zero (default init)"]["entropy"] > EFFECT
@@ -81,7 +81,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     verdict = {2: "supported", 0: "refuted"}.get(bias_claim + relu_claim, "inconclusive")
     rows = [{"point": f"score={s} bias={b} input_std={x}", "seed": 0, "score": s, "bias": b,
              "input_std": x} | v for (s, b, x), v in stats.items()]  # fmt: skip
-    return record.analysis("activation", "S8", rows, table, (verdict, reason), ["activation.png"])
+    return record.analysis("activation", "S8", rows, table, (verdict, reason), ["summary.png"])
 
 
 def _plot(stats: dict, path: Path) -> None:

@@ -60,7 +60,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         ["model", *(f"L={d}" for d in shown), "r (far / near)"],
         [[n, *(f"{c[d]:.2e}" for d in shown), f"{far_near(c):.2e}"] for n, c in curves.items()],
     )
-    _plot(curves, out / "gradient_path.png")
+    _plot(curves, out / "summary.png")
     ratio = {n: far_near(c) for n, c in curves.items()}
     reason = (
         f"r = mean g[L ≥ {length - length // 4}] / mean g[1 ≤ L ≤ 4] at initialization "
@@ -76,7 +76,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
             | {f"gradient_L{d}": float(c[d]) for d in range(length)}
             for n, cs in per_seed.items() for s, c in enumerate(cs)]  # fmt: skip
     return record.analysis("gradient_path", "E7", rows, table, (verdict, reason),
-                    ["gradient_path.png"])  # fmt: skip
+                    ["summary.png"])  # fmt: skip
 
 
 def _plot(curves: dict[str, np.ndarray], path: Path) -> None:

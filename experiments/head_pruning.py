@@ -68,7 +68,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     curves[f"random (mean of {orders})"] = [
         (f, float(np.mean([r[j][1] for r in randoms]))) for j, (f, _) in enumerate(randoms[0])
     ]
-    _plot(curves, out / "head_pruning.png")
+    _plot(curves, out / "summary.png")
     fractions = [f for f, _ in curves["gradient importance"]]
     rows = [[f"{f:.3f}", *(f"{c[j][1]:.3f}" for c in curves.values())]
             for j, f in enumerate(fractions)]  # fmt: skip
@@ -76,7 +76,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     rows = [{"point": name, "seed": 0, "fraction_pruned": f, "kept_share": m}
             for name, curve in curves.items() for f, m in curve]  # fmt: skip
     return record.analysis("head_pruning", "M2", rows, table, _verdict(curves, loss0, bigram),
-                           ["head_pruning.png"])  # fmt: skip
+                           ["summary.png"])  # fmt: skip
 
 
 def _verdict(curves: dict, loss0: float, bigram: float) -> tuple[str, str]:

@@ -119,7 +119,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         sweeps = {qk: job.result() for qk, job in jobs.items()}
         forced = forced_job.result()
     spec = config.task.spec.baselines
-    _plot(lrs, sweeps, kappas, forced, spec, out / "qk_norm.png")
+    _plot(lrs, sweeps, kappas, forced, spec, out / "summary.png")
     table = _tables(lrs, sweeps, kappas, forced, spec, config.optim.learning_rate)
     rows = [
         {"point": f"qk_norm={qk}", "seed": config.train.seed + s, "learning_rate": lr}
@@ -133,7 +133,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         for i, k in enumerate(kappas) for s in range(seeds)
     ]  # fmt: skip
     verdict = _verdict(lrs, sweeps, kappas, forced, spec)
-    return record.analysis("qk_norm", "S6", rows, table, verdict, ["qk_norm.png"])
+    return record.analysis("qk_norm", "S6", rows, table, verdict, ["summary.png"])
 
 
 def _peak(sweep: dict[str, np.ndarray]) -> tuple[float, int]:

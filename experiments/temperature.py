@@ -63,7 +63,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         ["τ", *names],
         [[f"{t:.3g}", *(f"{s[n]:.3g}" for n in names)] for t, s in zip(taus, stats, strict=True)],
     )
-    _plot(taus, stats, out / "temperature.png")
+    _plot(taus, stats, out / "summary.png")
 
     checks, ratios = {}, {}
     for name in ("‖∂w/∂z‖ median", "‖∂L/∂z‖ median"):
@@ -86,7 +86,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         verdict = "refuted" if any(max(r) >= 0.1 for r in ratios.values()) else "inconclusive"
     rows = [{"point": f"tau={t:.4g}", "seed": 0, "tau": float(t)} | s
             for t, s in zip(taus, stats, strict=True)]  # fmt: skip
-    return record.analysis("temperature", "S5", rows, table, (verdict, reason), ["temperature.png"])
+    return record.analysis("temperature", "S5", rows, table, (verdict, reason), ["summary.png"])
 
 
 def _plot(taus: np.ndarray, stats: list[dict[str, float]], path: Path) -> None:

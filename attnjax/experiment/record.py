@@ -1,10 +1,12 @@
 """An experiment's record: ``report.md`` (one ``verdict <claim>: <verdict>`` line per claim
-judged, then the sections), ``results.csv``, ``env.json``; and its publication, the record's
-files copied to ``results/<experiment>/`` (no run folders, no checkpoints).
+judged, then the sections), ``results.csv``, ``env.json`` and the figures the report shows; and
+its publication, those files copied to ``results/<experiment>/`` (no run folders, no
+checkpoints).
 """
 
 import os
 import platform
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,7 +14,6 @@ from typing import Any, NamedTuple
 
 from attnjax.experiment import storage
 
-RECORD_SUFFIXES = (".md", ".csv", ".png", ".json")
 MAX_RECORD_BYTES = 2_000_000  # per file: a record holds tables and figures, nothing large
 
 
@@ -78,9 +79,12 @@ def _cpu_name() -> str:
 
 
 def publish(out: Path, dest: Path) -> list[Path]:
-    """Copy the record's top-level files (``*.md``, ``*.csv``, ``*.png``, ``*.json``) from
-    ``out`` to ``dest``, replacing what ``dest`` held; return the copied paths."""
-    files = sorted(p for p in out.iterdir() if p.is_file() and p.suffix in RECORD_SUFFIXES)
+    """Copy the record from ``out`` to ``dest``, replacing what ``dest`` held: ``report.md``,
+    ``env.json``, ``results.csv`` (and ``analysis.csv``) and the figures ``report.md`` shows.
+    Return the copied paths."""
+    linked = re.findall(r"\]\(([\w.-]+\.png)\)", (out / "report.md").read_text())
+    names = dict.fromkeys(["report.md", "env.json", "results.csv", "analysis.csv", *linked])
+    files = [out / n for n in names if (out / n).is_file()]
     big = [f"{p.name} ({p.stat().st_size} bytes)" for p in files
            if p.stat().st_size > MAX_RECORD_BYTES]  # fmt: skip
     if big:

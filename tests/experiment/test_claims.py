@@ -10,6 +10,7 @@ import pytest
 
 from attnjax import cli
 from attnjax.experiment import claims
+from attnjax.experiment.record import publish
 from attnjax.experiment.storage import read_csv
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -104,3 +105,17 @@ def test_rerun_reproduces_the_committed_record(tmp_path, capsys):
                 if line.startswith("verdict ")]  # fmt: skip
     assert (tmp_path / "report.md").read_text().startswith("\n".join(verdicts) + "\n\n")
     shutil.rmtree(tmp_path / "points")
+
+
+def test_publish_copies_the_record_and_the_figures_its_report_shows(tmp_path):
+    out, dest = tmp_path / "run", tmp_path / "results" / "x"
+    (out / "points").mkdir(parents=True)
+    for name in ("results.csv", "env.json", "shown.png", "stale.png", "points/p.csv"):
+        (out / name).write_text(name)
+    (out / "report.md").write_text("verdict X1: supported\n\n![a](shown.png)\n")
+    dest.mkdir(parents=True)
+    (dest / "old.png").write_text("old")
+    publish(out, dest)
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "env.json", "report.md", "results.csv", "shown.png"
+    ]  # fmt: skip

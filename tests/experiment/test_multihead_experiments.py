@@ -7,7 +7,7 @@ from tests.experiment.conftest import check_record
 
 RECORDS = {  # claims judged, figures
     "head_diversity": (["M1"], ["head_diversity.png", "summary.png"]),
-    "head_pruning": (["M2"], ["head_pruning.png"]),
+    "head_pruning": (["M2"], ["summary.png"]),
     "positional_amplitude": (["S7"], ["positional_amplitude.png", "summary.png"]),
 }
 

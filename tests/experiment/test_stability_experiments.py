@@ -8,11 +8,11 @@ import pytest
 from tests.experiment.conftest import check_record
 
 RECORDS = {  # claims judged, figures
-    "activation": (["S8"], ["activation.png"]),
+    "activation": (["S8"], ["summary.png"]),
     "dk_scaling": (["S1", "S2"], ["dk_scaling_init.png", "summary.png"]),
-    "gradient_path": (["E7"], ["gradient_path.png"]),
-    "qk_norm": (["S6"], ["qk_norm.png"]),
-    "temperature": (["S5"], ["temperature.png"]),
+    "gradient_path": (["E7"], ["summary.png"]),
+    "qk_norm": (["S6"], ["summary.png"]),
+    "temperature": (["S5"], ["summary.png"]),
 }
 
 
