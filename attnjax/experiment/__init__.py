@@ -1,4 +1,4 @@
-"""Typed configs, the vectorized trainer, run folders, sweeps and their reports."""
+"""Typed configs, the vectorized trainer, run folders, sweeps, their reports and records."""
 
 import importlib.util
 from pathlib import Path
@@ -12,8 +12,9 @@ from attnjax.experiment.config import (
     parse_value,
     with_overrides,
 )
+from attnjax.experiment.record import Analysis
 from attnjax.experiment.run import load_run, train_and_evaluate
-from attnjax.experiment.sweep import Experiment, Stats, Summary, grid, label, sweep
+from attnjax.experiment.sweep import Experiment, Outcome, Stats, Summary, grid, label, sweep
 from attnjax.experiment.trainer import Runs, Trainer
 
 
@@ -29,9 +30,11 @@ def load_file(path: str | Path) -> ModuleType:
 
 
 __all__ = [
+    "Analysis",
     "Experiment",
     "ExperimentConfig",
     "OptimConfig",
+    "Outcome",
     "Runs",
     "Stats",
     "Summary",

@@ -35,7 +35,7 @@ class Stats(NamedTuple):
     learning_rate: float
     params: int
     by_learning_rate: tuple[tuple[float, float, float], ...] = ()  # (rate, valid, test) means
-    at_edge: bool = False  # the best rate is the smallest or largest of a grid of several
+    at_edge: bool = False  # the best rate (and any tied) is the smallest or largest of a grid
 
     @property
     def lower(self) -> float:
@@ -208,15 +208,16 @@ def point_stats(rows: Sequence[Mapping[str, Any]], experiment: Experiment) -> St
     def mean(lr: float, split: str) -> float:
         return sum(r[f"{split}_{metric}"] for r in by_lr[lr]) / len(by_lr[lr])
 
-    best = max(by_lr, key=lambda lr: sign * mean(lr, "valid"))
+    best = max(by_lr, key=lambda lr: sign * mean(lr, "valid"))  # ties: the first rate
     values = tuple(r[f"test_{metric}"] for r in by_lr[best])
+    tied = [lr for lr in by_lr if mean(lr, "valid") == mean(best, "valid")]
     return Stats(
         *report.mean_ci95(values),
         values,
         best,
         by_lr[best][0]["params"],
         tuple((lr, mean(lr, "valid"), mean(lr, "test")) for lr in sorted(by_lr)),
-        len(by_lr) > 1 and best in (min(by_lr), max(by_lr)),
+        len(by_lr) > 1 and not any(min(by_lr) < lr < max(by_lr) for lr in tied),
     )
 
 

@@ -58,6 +58,8 @@ def test_best_rate_at_the_grid_edge_is_flagged(smoke_config):
     assert [lr for lr, _, _ in inside.by_learning_rate] == [1e-3, 1e-2, 1e-1]
     edge = point_stats([r for r in rows if r["learning_rate"] != 1e-2], experiment)
     assert (edge.learning_rate, edge.at_edge) == (1e-1, True)
+    tie = [r | {"valid_accuracy": 0.9} for r in rows]  # an interior rate ties: no edge flag
+    assert point_stats(tie, experiment).at_edge is False
 
 
 def test_sweep_end_to_end_picks_best_learning_rate_and_writes_verdict(smoke_config, tmp_path):
