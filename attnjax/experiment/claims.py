@@ -23,45 +23,44 @@ VERDICT_LINE = re.compile(r"verdict (?P<claim>.+?): (?P<verdict>supported|refute
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """A claim of ``CLAIMS.md`` (``id``, e.g. ``"E1"``), what it says in a few words, and the
-    experiments (``experiments/<name>.py``) that judge it."""
+    """A claim of ``CLAIMS.md`` (``id``, e.g. ``"E1"``), what it says in a few words, the
+    experiments (``experiments/<name>.py``) that judge it, and its ``previous`` verdict: the
+    one docs/claims.md gave before records (3 seeds, one fixed test batch per split)."""
 
     id: str
     title: str
     experiments: tuple[str, ...]
+    previous: str
 
 
-CLAIMS = (
-    Claim("E1", "bilinear scores cannot rank an XOR-relevant key, additive can", ("xor_relation",)),
-    Claim("E2", "one head cannot do XOR of two bits, two heads can", ("xor_bits",)),
-    Claim(
-        "E3", "one dot head cannot select argmax min(k₁, k₂); two heads + MLP can", ("min_of_keys",)
-    ),
-    Claim("E4", "a large-norm impostor fools dot, not cosine or additive", ("impostor",)),
-    Claim("E5", "MQA cannot realize two key orderings that MHA can", ("mqa_ordering",)),
-    Claim("E6", "two layers solve MQAR, one does not; flat in width", ("mqar",)),
-    Claim(
-        "E7",
-        "attention's path does not decay with distance; RNNs' does; CNN sees its field",
-        ("gradient_path", "copy"),
-    ),
-    Claim("S1", "unscaled logits' variance grows as H and softmax saturates", ("dk_scaling",)),
-    Claim("S2", "unscaled dot degrades training as H grows; scaling fixes it", ("dk_scaling",)),
-    Claim("S5", "gradients vanish at both temperature extremes", ("temperature",)),
-    Claim("S6", "QK-LayerNorm caps the max logit and lowers LR sensitivity", ("qk_norm",)),
-    Claim(
-        "S7",
-        "positional amplitude: too small → uniform, too large → collapse",
-        ("positional_amplitude",),
-    ),
-    Claim("S8", "additive: ReLU dead units, bias keeps tanh active", ("activation",)),
-    Claim(
-        "M1",
-        "degenerate inputs collapse heads; diversity penalties keep them apart",
-        ("head_diversity",),
-    ),
-    Claim("M2", "pruning heads: a plateau, then a cliff", ("head_pruning",)),
-)
+CLAIMS = tuple(
+    Claim(id, title, tuple(experiments.split()), previous)
+    for id, title, experiments, previous in (
+        ("E1", "bilinear scores cannot rank an XOR-relevant key, additive can", "xor_relation",
+         "supported"),
+        ("E2", "one head cannot do XOR of two bits, two heads can", "xor_bits", "inconclusive"),
+        ("E3", "one dot head cannot select argmax min(k₁, k₂); two heads + MLP can",
+         "min_of_keys", "refuted"),
+        ("E4", "a large-norm impostor fools dot, not cosine or additive", "impostor", "supported"),
+        ("E5", "MQA cannot realize two key orderings that MHA can", "mqa_ordering", "refuted"),
+        ("E6", "two layers solve MQAR, one does not; flat in width", "mqar", "inconclusive"),
+        ("E7", "attention's path does not decay with distance; RNNs' does; CNN sees its field",
+         "gradient_path copy", "supported"),
+        ("S1", "unscaled logits' variance grows as H and softmax saturates", "dk_scaling",
+         "supported"),
+        ("S2", "unscaled dot degrades training as H grows; scaling fixes it", "dk_scaling",
+         "refuted"),
+        ("S5", "gradients vanish at both temperature extremes", "temperature", "supported"),
+        ("S6", "QK-LayerNorm caps the max logit and lowers LR sensitivity", "qk_norm",
+         "supported"),
+        ("S7", "positional amplitude: too small → uniform, too large → collapse",
+         "positional_amplitude", "supported"),
+        ("S8", "additive: ReLU dead units, bias keeps tanh active", "activation", "inconclusive"),
+        ("M1", "degenerate inputs collapse heads; diversity penalties keep them apart",
+         "head_diversity", "supported"),
+        ("M2", "pruning heads: a plateau, then a cliff", "head_pruning", "supported"),
+    )
+)  # fmt: skip
 EXPERIMENTS = tuple(dict.fromkeys(e for c in CLAIMS for e in c.experiments))
 
 
@@ -117,8 +116,9 @@ def summary_block(records: dict[str, Record | None]) -> str:
             record = records[e]
             reason = record.reasons.get(claim.id, "") if record else ""
             rows.append([f"{claim.id} {claim.title}", f"[`{e}`](#{e})",
-                         _verdict(records, claim, e), reason])  # fmt: skip
-    return markdown_table(["claim", "experiment", "verdict", "measured"], rows)
+                         _verdict(records, claim, e), claim.previous, reason])  # fmt: skip
+    header = ["claim", "experiment", "verdict", "before records", "measured"]
+    return markdown_table(header, rows)
 
 
 def readme_block(records: dict[str, Record | None]) -> str:

@@ -43,7 +43,7 @@ def test_claims_writes_blocks_and_check_names_stale_ones(tmp_path, capsys):
     docs = (root / "docs" / "claims.md").read_text()
     assert docs.startswith("# Claims\n\nProse stays.")
     assert "| E2 one head cannot do XOR of two bits, two heads can | [`xor_bits`](#xor_bits) | " \
-        "refuted | 1 head 0.900. |" in docs  # fmt: skip
+        "refuted | inconclusive | 1 head 0.900. |" in docs  # fmt: skip
     assert (
         "](../results/xor_bits/summary.png)" in docs
         and "### xor_bits" in docs
