@@ -97,8 +97,13 @@ def sweep(args: argparse.Namespace) -> None:
     if not hasattr(module, "analyze") and not hasattr(module, "get_experiment"):
         raise SystemExit(f"{args.experiment}: defines neither analyze() nor get_experiment()")
     name = Path(args.experiment).stem
+    if args.publish and args.smoke:
+        raise SystemExit("--publish: a smoke run is not a record; drop --smoke or --publish")
     out = args.out or Path("runs") / name
     out.mkdir(parents=True, exist_ok=True)
+    for stale in ("report.md", "results.csv", "analysis.csv"):  # this run writes its own
+        (out / stale).unlink(missing_ok=True)
+    environment = record.environment(args.argv)  # the code as the run starts
     verdicts, bodies = {}, []
     if hasattr(module, "analyze"):
         analysis = module.analyze(out, args.smoke)
@@ -116,14 +121,14 @@ def sweep(args: argparse.Namespace) -> None:
         bodies.append(outcome.body)
         print(f"\n{exp.name}: {exp.claim}\n")
         print(summary_table(outcome.summary, exp))
-        for point in edge_points(outcome.summary) if len(exp.learning_rates or ()) > 1 else []:
+        for point in edge_points(outcome.summary):
             print(f"best learning rate at the edge of the grid: {point}")
     record.write_report(out, verdicts, bodies)
-    storage.write_json(out / "env.json", record.environment(args.argv))
+    storage.write_json(out / "env.json", environment)
     print(record.verdict_lines(verdicts), end="")
     print(f"report: {out / 'report.md'}")
-    if args.publish:
-        dest = Path("results") / name
+    if args.publish:  # the project's results/, beside experiments/
+        dest = Path(args.experiment).resolve().parents[1] / "results" / name
         record.publish(out, dest)
         print(f"published: {dest}")
 

@@ -1,7 +1,7 @@
 """CLAIMS E7: attention gives every output an O(1) path to every input, so copy accuracy
 stays flat as the copy distance grows; a GRU's or LSTM's path grows with the distance and its
 accuracy decays; a causal CNN sees only its receptive field (4 layers, kernel 3, dilations
-1-8: 31 positions, computed from the model config), so it fails beyond it."""
+1-8; the field is computed from the model config), so it fails at distances beyond it."""
 
 from pathlib import Path
 
@@ -31,7 +31,7 @@ def verdict(summary: Summary, receptive_field: int) -> tuple[str, str]:
     near, far = DISTANCES[0], DISTANCES[-1]
     attention = [at(MODELS[0], d) for d in DISTANCES]
     rnns = MODELS[1:3]
-    cnn_far = [at(MODELS[3], d) for d in DISTANCES if d > receptive_field]
+    cnn_far = [at(MODELS[3], d) for d in DISTANCES if d >= receptive_field]
     detail = (
         "; ".join(
             f"{label(m)}: " + ", ".join(f"{at(m, d).mean:.3f}" for d in DISTANCES) for m in MODELS

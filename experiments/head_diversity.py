@@ -152,21 +152,26 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     seeds = 1 if smoke else SEEDS
     outcome = sweep(experiment, out, num_seeds=seeds)
     summary = outcome.summary
+    base = experiment.base
+    seed_range = range(base.train.seed, base.train.seed + seeds)
     init = {}
     for kind in INPUTS:
-        stats = [module_stats(kind, s) for s in range(seeds)]
+        stats = [module_stats(kind, s) for s in seed_range]
         init[kind] = {k: float(np.mean([s[k] for s in stats])) for k in STATS}
-    base = experiment.base
-    batch = tasks.get("min_of_keys").generate(jax.random.key(8), 64 if smoke else 512, base.task)
+    task = tasks.get("min_of_keys")
+    batches = [task.generate(jax.random.fold_in(jax.random.key(8), s), 64 if smoke else 512,
+                             base.task) for s in seed_range]  # fmt: skip
     trained, degenerate_min = {}, 1.0
-    for i, point in enumerate(points):
-        models = [load_run(next((out / "points").glob(f"{i:02d}_*")), r)[1] for r in range(seeds)]
+    for point, folder in zip(points, outcome.folders, strict=True):
+        models = [load_run(folder, r)[1] for r in range(seeds)]
         config = with_overrides(base, _overrides(point))
-        models_at_init = [nn.build(config.model, nnx.Rngs(s)) for s in range(seeds)]
-        trained[point] = [head_stats(attention_maps(m, batch)[0]) for m in models]
-        for m in models + models_at_init:
+        models_at_init = [nn.build(config.model, nnx.Rngs(s)) for s in seed_range]
+        trained[point] = [
+            head_stats(attention_maps(m, b)[0]) for m, b in zip(models, batches, strict=True)
+        ]
+        for m, b in zip(models + models_at_init, batches + batches, strict=True):
             for kind in ("identical", "zero"):
-                stats = head_stats(attention_maps(m, degenerate(batch, kind))[0])
+                stats = head_stats(attention_maps(m, degenerate(b, kind))[0])
                 degenerate_min = min(degenerate_min, stats["similarity"], stats["entropy / log S"])
     similarity = {k: _stats([s["similarity"] for s in v]) for k, v in trained.items()}
     limit = base.task.spec.baselines["single_direction_accuracy"]
@@ -184,9 +189,9 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         )
     )
     csv_rows = [
-        {"point": label(_overrides(k)), "seed": r} | s for k, v in trained.items()
-        for r, s in enumerate(v)
-    ] + [{"point": f"init inputs={kind}"} | v for kind, v in init.items()]  # fmt: skip
+        {"point": label(_overrides(k)), "seed": seed} | s for k, v in trained.items()
+        for seed, s in zip(seed_range, v, strict=True)
+    ] + [{"point": f"init {kind}", "seed": "mean"} | v for kind, v in init.items()]  # fmt: skip
     return record.analysis(
         "head_diversity", "M1", csv_rows, f"{table}\n{outcome.body}",
         verdict(similarity, degenerate_min), ["head_diversity.png"], csv_name="analysis.csv",

@@ -52,16 +52,22 @@ def attention_stats(weights: Float[Array, "B N T T"]) -> dict[str, float]:
     return dict(zip(STATS, map(float, values), strict=True))
 
 
-def length_accuracy(models: list[nnx.Module], batch: dict, trained: int) -> list[float] | str:
-    """Each model's accuracy on a Markov ``batch`` at positions ``≥ trained`` (all positions
-    if the batch is no longer); the error text if a model rejects the length."""
-    length = batch["inputs"].shape[1]
-    if length > trained:
-        batch = batch | {"loss_mask": batch["loss_mask"] & (jnp.arange(length) >= trained)}
-    try:
-        return [float(tasks.get("markov").metrics(m(batch), batch)["accuracy"]) for m in models]
-    except ValueError as error:
-        return f"{type(error).__name__}: {error}"
+def length_accuracy(
+    models: list[nnx.Module], batches: list[dict], trained: int
+) -> list[float] | str:
+    """Each model's accuracy on its Markov batch (one per seed) at positions ``≥ trained``
+    (all positions if the batches are no longer); the error text if a model rejects the
+    length."""
+    accuracies = []
+    for model, batch in zip(models, batches, strict=True):
+        length = batch["inputs"].shape[1]
+        if length > trained:
+            batch = batch | {"loss_mask": batch["loss_mask"] & (jnp.arange(length) >= trained)}
+        try:
+            accuracies.append(float(tasks.get("markov").metrics(model(batch), batch)["accuracy"]))
+        except ValueError as error:
+            return f"{type(error).__name__}: {error}"
+    return accuracies
 
 
 def _mean(stats: list[dict[str, float]]) -> dict[str, float]:
@@ -138,22 +144,30 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     """
     experiment = _experiment(smoke)
     seeds, batch_size, factors = (1, 16, (1, 4)) if smoke else (SEEDS, 256, LENGTH_FACTORS)
-    summary = sweep(experiment, out, num_seeds=seeds).summary
-    base = experiment.base
+    outcome = sweep(experiment, out, num_seeds=seeds)
+    summary, base = outcome.summary, experiment.base
+    seed_range = range(base.train.seed, base.train.seed + seeds)
     t = base.task.seq_len
     task = tasks.get("markov")
-    batch = task.generate(jax.random.key(8), batch_size, base.task)
     longest = dataclasses.replace(base.task, seq_len=max(factors) * t)
-    longest = task.generate(jax.random.key(9), batch_size, longest)  # stationary: prefixes
-    prefixes = {f: jax.tree.map(lambda x, f=f: x[:, : f * t], longest) for f in factors}
+
+    def draws(stream: int, task_config) -> list[dict]:  # one batch per seed
+        return [task.generate(jax.random.fold_in(jax.random.key(stream), s), batch_size,
+                              task_config) for s in seed_range]  # fmt: skip
+
+    batches, longest = draws(8, base.task), draws(9, longest)  # stationary: prefixes
+    prefixes = {f: [jax.tree.map(lambda x, f=f: x[:, : f * t], b) for b in longest]
+                for f in factors}  # fmt: skip
     trained, init, lengths = {}, {}, {}
-    for i, point in enumerate(experiment.points):
+    for point, folder in zip(experiment.points, outcome.folders, strict=True):
         config = with_overrides(base, point)
-        models = [load_run(next((out / "points").glob(f"{i:02d}_*")), r)[1] for r in range(seeds)]
-        inits = [nn.build(config.model, nnx.Rngs(s)) for s in range(seeds)]
+        models = [load_run(folder, r)[1] for r in range(seeds)]
+        inits = [nn.build(config.model, nnx.Rngs(s)) for s in seed_range]
         name = point_key(point)
         trained[name], init[name] = (
-            _mean([attention_stats(attention_maps(m, batch)[0]) for m in ms])
+            _mean(
+                [attention_stats(attention_maps(m, b)[0]) for m, b in zip(ms, batches, strict=True)]
+            )
             for ms in (models, inits)
         )
         if point in (SINUSOIDAL, LEARNED, ROPE):
@@ -176,12 +190,12 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         markdown_table(length_header, length_rows),
     ])  # fmt: skip
     csv_rows = [
-        {"point": label(p), "seed": r, "test_accuracy": v}
+        {"point": label(p), "seed": seed_range[r], "test_accuracy": v}
         | {f"trained {k}": trained[point_key(p)][k] for k in STATS}
         | {f"init {k}": init[point_key(p)][k] for k in STATS}
         for p, s in summary for r, v in enumerate(s.values)
     ] + [
-        {"point": f"{label(dict(name))} length={f * t}", "seed": r, "test_accuracy": v}
+        {"point": f"{label(dict(name))} length={f * t}", "seed": seed_range[r], "test_accuracy": v}
         for name, accs in lengths.items() for f, a in accs.items() if isinstance(a, list)
         for r, v in enumerate(a)
     ]  # fmt: skip

@@ -50,6 +50,7 @@ def train_and_evaluate(
         "learning_rates": runs.learning_rates,
     }
     _prepare(workdir, json.loads(json.dumps(record)), overwrite)
+    environment = storage.environment()
 
     trainer = get_trainer(config)
     state, lrs = trainer.init(runs)
@@ -77,7 +78,7 @@ def train_and_evaluate(
         final = {split: trainer.evaluate(state, runs, split) for split in EVAL_SPLITS}
     results = _results(trainer, final, runs, dict(fields or {}))
     storage.write_csv(workdir / "results.csv", results)
-    storage.write_json(workdir / "env.json", storage.environment())
+    storage.write_json(workdir / "env.json", environment)
     metrics = storage.read_jsonl(workdir / "metrics.jsonl")
     report.plot_curves(metrics, workdir / "curves.png", title=config.name)
     maps = _attention_maps(trainer, state[:2], run=0)
@@ -145,8 +146,10 @@ def _attention_maps(trainer: Trainer, params_rest: tuple[Any, Any], run: int) ->
 
 
 def _model(trainer: Trainer, params_rest: tuple[Any, Any], run: int) -> nnx.Module:
-    """Run ``run``'s model from the vectorized ``(params, rest)``."""
+    """Run ``run``'s model from the vectorized ``(params, rest)``, in evaluation mode (no
+    dropout)."""
     model = nnx.merge(trainer.graphdef, *jax.tree.map(lambda x: x[run], params_rest))
+    model.eval()
     for _, module in nnx.iter_modules(model):
         if isinstance(module, MultiHeadAttention):
             module.sow_weights = False  # the trainer's recording switch, not the model's

@@ -27,14 +27,19 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-def environment() -> dict[str, Any]:
-    """Versions, platform, device count and the git commit of the working directory."""
+def _git(*args: str) -> str | None:
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        commit = None
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """Versions, platform, device count, the git commit of the working directory and whether
+    its code (``attnjax/``, ``configs/``, ``experiments/``) had uncommitted changes; call it
+    when the run starts."""
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--", "attnjax", "configs", "experiments")
     return {
         "python": platform.python_version(),
         "jax": jax.__version__,
@@ -42,7 +47,8 @@ def environment() -> dict[str, Any]:
         "optax": optax.__version__,
         "platform": jax.default_backend(),
         "device_count": jax.device_count(),
-        "git_commit": commit,
+        "git_commit": commit and commit.strip(),
+        "git_dirty": None if status is None else bool(status.strip()),
     }
 
 

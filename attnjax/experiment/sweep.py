@@ -1,12 +1,13 @@
 """Experiments: a base config, a list of override points, a metric and a verdict rule declared
-before anything runs; ``sweep`` trains every point (all seeds and learning rates vectorized)
-and writes the table, the plot and the verdict.
+before anything runs; ``sweep`` trains every point (all seeds and learning rates vectorized),
+applies the rule and returns the report's body.
 
 ``<out>/points/<id>/`` is each point's run folder; ``<out>/results.csv`` has one row per point,
 seed and learning rate, ``chosen`` marking each point's best rate (chosen on the ``valid``
-split, reported on ``test``; each seed draws its own evaluation batches);
-``<out>/report.md`` has mean ± 95% interval per point, solved-seed counts, the metric against
-learning rate, ``<out>/summary.png`` and the verdict: *supported*, *refuted* or *inconclusive*.
+split, reported on ``test``; each seed draws its own evaluation batches); ``<out>/summary.png``
+plots the points. The body (:class:`Outcome`) has mean ± 95% interval per point, solved-seed
+counts, the metric against learning rate and the verdict: *supported*, *refuted* or
+*inconclusive*; the command line writes it to ``report.md`` under the verdict lines.
 """
 
 import dataclasses
@@ -48,7 +49,8 @@ class Stats(NamedTuple):
         return self.mean + (0.0 if math.isnan(self.half_width) else self.half_width)
 
     def solved(self, threshold: float) -> int:
-        """How many seeds reach ``threshold`` (bimodal outcomes: report ``k`` of ``n``)."""
+        """How many seeds reach ``threshold`` (≥; a metric where higher is better). Bimodal
+        outcomes are reported as ``k`` of ``n``."""
         return sum(v >= threshold for v in self.values)
 
 
@@ -111,14 +113,15 @@ class Experiment:
 
 
 class Outcome(NamedTuple):
-    """What a sweep concluded: the stats and the verdict on ``claim_id``, and the report's
-    markdown body (without the verdict lines)."""
+    """What a sweep concluded: the stats and the verdict on ``claim_id``, the report's
+    markdown body (without the verdict lines) and each point's run folder."""
 
     summary: Summary
     claim_id: str
     verdict: str
     reason: str
     body: str
+    folders: tuple[Path, ...]
 
 
 def grid(**axes: Sequence[Any]) -> tuple[dict[str, Any], ...]:
@@ -163,12 +166,16 @@ def sweep(
     return the :class:`Outcome`. ``progress(point, step, total)`` follows each point."""
     out = Path(out)
     names = labels(experiment.points)
+    folders = tuple(
+        out / "points" / f"{i:02d}_{re.sub(r'[^A-Za-z0-9=.-]+', '_', name)}"
+        for i, name in enumerate(names)
+    )
 
     def train_point(i: int, point: Mapping[str, Any]) -> list[dict[str, Any]]:
         name = names[i]
         return train_and_evaluate(
             with_overrides(experiment.base, {**point, "name": name}),
-            out / "points" / f"{i:02d}_{re.sub(r'[^A-Za-z0-9=.-]+', '_', name)}",
+            folders[i],
             num_seeds=num_seeds,
             learning_rates=experiment.learning_rates,
             fields={"point": name, **point},
@@ -195,7 +202,7 @@ def sweep(
     storage.write_csv(out / "results.csv", _column_order(table))
     plot_summary(summary, experiment, out / "summary.png")
     body = sweep_report(experiment, summary, verdict, reason, num_seeds)
-    return Outcome(summary, experiment.claim_id, verdict, reason, body)
+    return Outcome(summary, experiment.claim_id, verdict, reason, body, folders)
 
 
 def point_stats(rows: Sequence[Mapping[str, Any]], experiment: Experiment) -> Stats:
@@ -208,7 +215,11 @@ def point_stats(rows: Sequence[Mapping[str, Any]], experiment: Experiment) -> St
     def mean(lr: float, split: str) -> float:
         return sum(r[f"{split}_{metric}"] for r in by_lr[lr]) / len(by_lr[lr])
 
-    best = max(by_lr, key=lambda lr: sign * mean(lr, "valid"))  # ties: the first rate
+    def score(lr: float) -> float:  # NaN (diverged): worst
+        value = mean(lr, "valid")
+        return -math.inf if math.isnan(value) else sign * value
+
+    best = max(by_lr, key=score)  # ties: the first rate
     values = tuple(r[f"test_{metric}"] for r in by_lr[best])
     tied = [lr for lr in by_lr if mean(lr, "valid") == mean(best, "valid")]
     return Stats(
@@ -287,7 +298,7 @@ def sweep_tables(experiment: Experiment, summary: Summary) -> str:
         if lrs
         else f"Learning rate {experiment.base.optim.learning_rate:g} for every point."
     )
-    edges = edge_points(summary) if lrs and len(lrs) > 1 else []
+    edges = edge_points(summary)
     edge_note = (
         f"\n**Best learning rate at the edge of the grid** ({len(edges)} of {len(summary)} "
         f"points, marked *(edge)*): a wider grid might change these points.\n"
