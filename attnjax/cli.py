@@ -135,12 +135,13 @@ def sweep(args: argparse.Namespace) -> None:
 
 def claims(args: argparse.Namespace) -> None:
     """Rewrite (or with ``--check`` compare) the generated blocks of docs/claims.md and
-    README.md from the records in results/."""
+    README.md from the records in results/; exit 1 on a stale block (``--check``), a missing
+    or unknown block, or a record without the verdict of its claim."""
     changed = experiment_claims.update(args.root, check=args.check)
-    if args.check and changed:
-        names = "; ".join(changed)
-        raise SystemExit(f"generated blocks differ from results/: {names} (run `attnjax claims`)")
-    print(("differ: " if args.check else "rewritten: ") + ("; ".join(changed) or "none"))
+    problems = experiment_claims.problems(args.root) + (changed if args.check else [])
+    if problems:
+        raise SystemExit("claims: " + "; ".join(problems) + " (run `attnjax claims`)")
+    print("rewritten: " + ("; ".join(changed) or "none"))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,19 +10,17 @@ from attnjax.experiment import Experiment, Summary, load_file
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "mqa_ordering.py"
 SOLVED = 0.9
-POINTS = (
-    {"model.heads": 8, "model.kv_heads": 8},  # MHA, head size 1
-    {"model.heads": 8, "model.kv_heads": 2},  # GQA, 2 key groups
-    {"model.heads": 8, "model.kv_heads": 1},  # MQA
-    {"model.heads": 4, "model.kv_heads": 1},  # MQA, head size 2 (control)
-)
+MHA = {"model.heads": 8, "model.kv_heads": 8}  # head size 1
+GQA = {"model.heads": 8, "model.kv_heads": 2}  # 2 key groups
+MQA = {"model.heads": 8, "model.kv_heads": 1}
+CONTROL = {"model.heads": 4, "model.kv_heads": 1}  # MQA, head size 2
 
 
 def verdict(summary: Summary) -> tuple[str, str]:
     """Supported iff MHA reaches ``SOLVED`` (mean) and MQA with head size 1 lies below it
     (interval upper end below MHA's lower end). Refuted iff MQA's mean reaches MHA's lower
     end. GQA and the control are reported."""
-    mha, gqa, mqa, control = (summary[p] for p in POINTS)
+    mha, gqa, mqa, control = (summary[p] for p in (MHA, GQA, MQA, CONTROL))
     detail = (
         f"MHA {mha.mean:.3f}, GQA (2 groups) {gqa.mean:.3f}, MQA {mqa.mean:.3f} "
         f"(head size 1); MQA with head size 2: {control.mean:.3f}."
@@ -40,7 +38,7 @@ def get_experiment(smoke: bool = False) -> Experiment:
         claim_id="E5",
         claim=" ".join(__doc__.split()),
         base=load_file(_CONFIG).get_config("smoke" if smoke else None),
-        points=POINTS,
+        points=(MHA, GQA, MQA, CONTROL),
         metric="accuracy",
         verdict=verdict,
         learning_rates=(3e-3, 1e-2, 3e-2),

@@ -9,19 +9,18 @@ from attnjax.experiment import Experiment, Summary, load_file
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "xor_bits.py"
 SOLVED, CAP = 0.95, 0.76  # 0.76: the 75% cap plus evaluation noise
-POINTS = (
-    {"model.heads": 1, "model.mlp": False, "model.norms": False},
-    {"model.heads": 2, "model.mlp": False, "model.norms": False},
-    {"model.heads": 1, "model.mlp": True, "model.norms": False},
-    {"model.heads": 1, "model.mlp": False, "model.norms": True},
-)
+ONE_HEAD = {"model.heads": 1, "model.mlp": False, "model.norms": False}
+TWO_HEADS = ONE_HEAD | {"model.heads": 2}
+WITH_MLP = ONE_HEAD | {"model.mlp": True}
+WITH_LAYERNORM = ONE_HEAD | {"model.norms": True}
 
 
 def verdict(summary: Summary) -> tuple[str, str]:
     """Supported iff 1 head without MLP/LN stays at or below ``CAP`` (interval upper end) while
     2 heads and 1 head + MLP reach ``SOLVED`` (mean). Refuted iff 1 head without MLP/LN
     exceeds ``CAP`` (lower end) or 2 heads stay at or below it (upper end)."""
-    one, two, with_mlp, with_ln = (summary[p] for p in POINTS)
+    one, two = summary[ONE_HEAD], summary[TWO_HEADS]
+    with_mlp, with_ln = summary[WITH_MLP], summary[WITH_LAYERNORM]
     detail = (
         f"1 head {one.mean:.3f} (upper {one.upper:.3f}); 2 heads {two.mean:.3f} "
         f"(upper {two.upper:.3f}); 1 head + MLP {with_mlp.mean:.3f}; "
@@ -40,7 +39,7 @@ def get_experiment(smoke: bool = False) -> Experiment:
         claim_id="E2",
         claim=" ".join(__doc__.split()),
         base=load_file(_CONFIG).get_config("smoke" if smoke else None),
-        points=POINTS,
+        points=(ONE_HEAD, TWO_HEADS, WITH_MLP, WITH_LAYERNORM),
         metric="accuracy",
         verdict=verdict,
         learning_rates=(3e-3, 1e-2, 3e-2),

@@ -114,7 +114,7 @@ def summary_block(records: dict[str, Record | None]) -> str:
     for claim in CLAIMS:
         for e in claim.experiments:
             record = records[e]
-            reason = record.reasons.get(claim.id, "") if record else ""
+            reason = record.reasons.get(claim.id, "").replace("|", "\\|") if record else ""
             rows.append([f"{claim.id} {claim.title}", f"[`{e}`](#{e})",
                          _verdict(records, claim, e), claim.previous, reason])  # fmt: skip
     header = ["claim", "experiment", "verdict", "before records", "measured"]
@@ -147,7 +147,7 @@ def rewrite(text: str, contents: dict[str, str], on_change: Callable[[str], None
 
     def replace(m: re.Match) -> str:
         name = m["name"]
-        if name == "end" or name not in contents:
+        if name not in contents:
             return m[0]
         if m["body"] != contents[name]:
             on_change(name)
@@ -162,15 +162,29 @@ TARGETS = {  # file: the blocks it must hold
 }
 
 
+def problems(root: Path) -> list[str]:
+    """What no rewrite can fix: missing or unknown blocks, records that do not judge a claim
+    their experiment is mapped to."""
+    found = []
+    for target, names in TARGETS.items():
+        present = {m["name"] for m in BLOCK.finditer((root / target).read_text())}
+        found += [f"{target}: {name} (missing)" for name in names if name not in present]
+        found += [f"{target}: {name} (unknown block)" for name in sorted(present - set(names))]
+    for claim in CLAIMS:
+        for e in claim.experiments:
+            record = read_record(root / "results" / e)
+            if record is not None and claim.id not in record.verdicts:
+                found.append(f"results/{e}/report.md: no verdict line for {claim.id}")
+    return found
+
+
 def update(root: Path, check: bool = False) -> list[str]:
     """Rewrite the generated blocks under ``root`` (``check``: only compare); return the
-    blocks that differed or are missing, as ``file: block``."""
+    blocks that differed, as ``file: block``."""
     contents, changed = blocks(root), []
-    for target, names in TARGETS.items():
+    for target in TARGETS:
         path = root / target
         text = path.read_text()
-        found = {m["name"] for m in BLOCK.finditer(text)}
-        changed += [f"{target}: {name} (missing)" for name in names if name not in found]
         new = rewrite(text, contents, lambda name, t=target, c=changed: c.append(f"{t}: {name}"))
         if not check and new != text:
             path.write_text(new)

@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from attnjax import cli, tasks
 from attnjax.experiment import Runs, load_run, train_and_evaluate, with_overrides
@@ -109,7 +111,7 @@ def test_load_run_restores_a_model_that_reproduces_the_final_metric(reference_ru
     config, model, metrics = load_run(out, run=1)  # seed 1, trained with dropout 0.3
     assert config.model.dropout == 0.3
     batch = get_trainer(config).eval_batch(1, "test")
-    measured = tasks.get("xor_relation").metrics(model(batch, deterministic=True), batch)
+    measured = tasks.get("xor_relation").metrics(model(batch), batch)  # evaluation mode
     assert float(measured["accuracy"]) == rows[1]["test_accuracy"]
     np.testing.assert_allclose(float(measured["loss"]), rows[1]["test_loss"], atol=1e-6)
     assert metrics and {"seed", "step", "split", "metric", "value"} <= set(metrics[0])
@@ -119,7 +121,7 @@ def test_dropout_masks_follow_seed_and_step_and_evaluation_is_deterministic(drop
     trainer = get_trainer(dropout_config)
     runs = Runs.grid([0], [1e-3])
     state, _ = trainer.init(runs)
-    params, rest, _ = jax.tree.map(lambda x: x[0], state)
+    params, rest, _ = one_run = jax.tree.map(lambda x: x[0], state)
     batch = trainer.eval_batch(0, "valid")
     loss = jax.jit(trainer._loss)
 
@@ -128,10 +130,33 @@ def test_dropout_masks_follow_seed_and_step_and_evaluation_is_deterministic(drop
 
     assert at(0, 0) == at(0, 0)  # a (seed, step) draws one mask
     assert len({at(0, 0), at(0, 1), at(1, 0)}) == 3  # other steps and seeds draw others
+    # a training step uses the masks of its (seed, step) and the batch of its (seed, step)
+    data_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 0), 7)
+    step_batch = trainer.task.generate(data_key, dropout_config.train.batch_size,
+                                       dropout_config.task)  # fmt: skip
+    _, step_loss = jax.jit(trainer._step_one)(one_run, 1e-3, jnp.uint32(0), jnp.int32(7))
+    expected = loss(params, rest, step_batch, trainer.dropout_key(0, 7))
+    np.testing.assert_allclose(float(step_loss), float(expected), rtol=1e-6)
+
     first, second = trainer.evaluate(state, runs, "test"), trainer.evaluate(state, runs, "test")
-    assert first.keys() == second.keys()
-    for name, values in first.items():  # no dropout in evaluation: see the load_run test
+    model = nnx.merge(trainer.graphdef, params, rest)
+    model.eval()  # evaluation equals the model without dropout
+    test_batch = trainer.eval_batch(0, "test")
+    plain = trainer.task.metrics(model(test_batch), test_batch)
+    for name, values in first.items():
         np.testing.assert_array_equal(values, second[name])
+        np.testing.assert_allclose(values[0], plain[name], rtol=1e-6)
+
+
+def test_each_seed_draws_its_own_evaluation_batches(smoke_config):
+    trainer = get_trainer(smoke_config)
+    inputs = {(s, split): np.asarray(trainer.eval_batch(s, split)["inputs"])
+              for s in (0, 1) for split in ("valid", "test")}  # fmt: skip
+    train_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 0), 0)
+    size = smoke_config.train.eval_batch_size
+    train = np.asarray(trainer.task.generate(train_key, size, smoke_config.task)["inputs"])
+    draws = [*inputs.values(), train]
+    assert all(not np.array_equal(a, b) for i, a in enumerate(draws) for b in draws[i + 1 :])
 
 
 def test_cli_run_with_set_override(tmp_path, capsys):

@@ -115,11 +115,43 @@ def test_config_score_fields_reach_the_score_modules():
         ({"score": "cosine", "score_hidden": 4}, ValueError, "score_hidden"),
         ({"positional": "alibi"}, ValueError, "positional"),
         ({"dtype": "float64"}, ValueError, "dtype"),
+        ({"kind": "rnn", "dropout": 0.1}, ValueError, "dropout: only the transformer"),
     ],
 )
 def test_config_rejects_bad_values_by_name(values, error, match):
     with pytest.raises(error, match=match):
         ann.ModelConfig.from_dict({"vocab_size": V, **values})
+
+
+def test_cnn_receptive_field_is_where_the_input_gradient_ends():
+    config = dataclasses.replace(BASE, kind="cnn", layers=2, embedding="linear")  # 1 + 2 * 3
+    model = ann.build(config, nnx.Rngs(0))
+    length = 12
+    x = jax.random.normal(jax.random.key(3), (1, length, 2))
+    grad = jax.grad(lambda x: model({"inputs": x})[0, -1].sum())(x)
+    reached = np.flatnonzero(np.abs(np.asarray(grad[0])).sum(-1) > 0)
+    assert length - reached.min() == config.receptive_field == 7
+    assert BASE.receptive_field is None
+
+
+def test_dropout_keys_differ_per_layer_and_follow_the_call():
+    key = jax.random.key(0)
+    first, second = (jax.random.key_data(ann.transformer.layer_rngs(key, i)) for i in (0, 1))
+    assert not np.array_equal(first, second)
+    rngs = nnx.Rngs(0)
+    assert (
+        ann.transformer.layer_rngs(rngs, 1) is rngs and ann.transformer.layer_rngs(None, 1) is None
+    )
+    config = dataclasses.replace(BASE, layers=2, dropout=0.5)
+    model = ann.build(config, nnx.Rngs(0))
+    out = {
+        k: model({"inputs": TOKENS}, deterministic=False, rngs=jax.random.key(k)) for k in (1, 2)
+    }
+    again = model({"inputs": TOKENS}, deterministic=False, rngs=jax.random.key(1))
+    np.testing.assert_array_equal(out[1], again)  # a key fixes every layer's mask
+    assert not np.allclose(out[1], out[2])
+    model.eval()
+    np.testing.assert_array_equal(model({"inputs": TOKENS}), model({"inputs": TOKENS}))
 
 
 def test_inputs_must_match_the_embedding():

@@ -24,6 +24,15 @@ def test_min_of_keys_target_maximizes_the_min(small):
         assert targets[-1] == values[best]
 
 
+def test_single_direction_accuracy_matches_the_task_batches(small):
+    config, batch = small("min_of_keys", num_keys=8)
+    keys = batch["inputs"][:, :-1, :2]
+    measured = np.mean(keys.sum(-1).argmax(-1) == keys.min(-1).argmax(-1))
+    limit = config.spec.baselines["single_direction_accuracy"]
+    assert 0.7 < limit < 0.85
+    assert abs(measured - limit) < 4 * np.sqrt(limit * (1 - limit) / len(keys))
+
+
 def test_impostor_target_is_the_exact_match(small):
     config, batch = small("impostor")
     n, d = config.num_keys, config.dim
