@@ -73,9 +73,11 @@ def lr_sensitivity(losses: np.ndarray, loss0: np.ndarray) -> np.ndarray:
 
 
 def lr_sweep(config: ExperimentConfig, out: Path, lrs, seeds: int) -> dict[str, np.ndarray]:
-    """Final test ``loss`` and ``attention_max_logit`` ``[L, seeds]``, and ``loss0 [seeds]``."""
+    """Final test ``loss`` and ``attention_max_logit`` and the validation loss ``valid_loss``
+    ``[L, seeds]``, and ``loss0 [seeds]``."""
     rows = train_and_evaluate(config, out, num_seeds=seeds, learning_rates=lrs, overwrite=True)
     result = {m: np.array([r[f"test_{m}"] for r in rows]).reshape(len(lrs), seeds) for m in METRICS}
+    result["valid_loss"] = np.array([r["valid_loss"] for r in rows]).reshape(len(lrs), seeds)
     trainer = get_trainer(config)  # the same compiled programs; runs are lr-major
     runs = Runs.grid(range(config.train.seed, config.train.seed + seeds), lrs)
     initial, _ = trainer.init(runs)
@@ -83,8 +85,9 @@ def lr_sweep(config: ExperimentConfig, out: Path, lrs, seeds: int) -> dict[str, 
 
 
 def forced_logits(config: ExperimentConfig, kappas, seeds: int) -> dict[str, np.ndarray]:
-    """Final test ``loss`` and ``attention_max_logit`` ``[K, seeds]`` at the config's learning
-    rate with the logits forced by ``κ`` (:class:`ForcedLogits`), all runs in one program."""
+    """Final test ``loss`` and ``attention_max_logit`` and the validation loss ``valid_loss``
+    ``[K, seeds]`` at the config's learning rate with the logits forced by ``κ``
+    (:class:`ForcedLogits`), all runs in one program."""
     config = with_overrides(config, {"model.score": "cosine"})
     seed_range = range(config.train.seed, config.train.seed + seeds)
     runs = Runs.grid(seed_range, [config.optim.learning_rate] * len(kappas))
@@ -93,7 +96,8 @@ def forced_logits(config: ExperimentConfig, kappas, seeds: int) -> dict[str, np.
     for step in range(0, config.train.steps, config.train.eval_every):
         state, _ = trainer.train_chunk(state, runs, lrs, step)
     final = trainer.evaluate(state, runs, "test")
-    return {m: final[m].reshape(len(kappas), seeds) for m in METRICS}
+    final["valid_loss"] = trainer.evaluate(state, runs, "valid")["loss"]
+    return {m: final[m].reshape(len(kappas), seeds) for m in (*METRICS, "valid_loss")}
 
 
 def analyze(out: Path, smoke: bool) -> record.Analysis:
@@ -121,19 +125,27 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     spec = config.task.spec.baselines
     _plot(lrs, sweeps, kappas, forced, spec, out / "summary.png")
     table = _tables(lrs, sweeps, kappas, forced, spec, config.optim.learning_rate)
+    chosen = {qk: _best(sweep) for qk, sweep in sweeps.items()}
     rows = [
-        {"point": f"qk_norm={qk}", "seed": config.train.seed + s, "learning_rate": lr}
+        {"point": f"qk_norm={qk}", "seed": config.train.seed + s, "learning_rate": lr,
+         "chosen": i == chosen[qk], "kappa": None, "valid_loss": float(sweep["valid_loss"][i, s])}
         | {f"test_{m}": float(sweep[m][i, s]) for m in METRICS}
-        | {"kappa": None, "loss0": float(sweep["loss0"][s])}
+        | {"loss0": float(sweep["loss0"][s])}
         for qk, sweep in sweeps.items() for i, lr in enumerate(lrs) for s in range(seeds)
     ] + [
         {"point": f"forced kappa={k:g}", "seed": config.train.seed + s,
-         "learning_rate": config.optim.learning_rate, "kappa": k}
+         "learning_rate": config.optim.learning_rate, "chosen": True, "kappa": k,
+         "valid_loss": float(forced["valid_loss"][i, s])}
         | {f"test_{m}": float(forced[m][i, s]) for m in METRICS}
         for i, k in enumerate(kappas) for s in range(seeds)
     ]  # fmt: skip
     verdict = _verdict(lrs, sweeps, kappas, forced, spec)
     return record.analysis("qk_norm", "S6", rows, table, verdict, ["summary.png"])
+
+
+def _best(sweep: dict[str, np.ndarray]) -> int:
+    """The learning rate with the lowest mean validation loss (a NaN run: never)."""
+    return int(np.nanargmin(np.nan_to_num(sweep["valid_loss"], nan=np.inf).mean(axis=1)))
 
 
 def _peak(sweep: dict[str, np.ndarray]) -> tuple[float, int]:
@@ -149,7 +161,7 @@ def _tables(lrs, sweeps, kappas, forced, spec, forced_lr: float) -> str:
     summary = []
     for qk, sweep in sweeps.items():
         sens, (peak, at) = lr_sensitivity(sweep["loss"], sweep["loss0"]), _peak(sweep)
-        best = int(np.nanargmin(sweep["loss"].mean(axis=1)))
+        best = _best(sweep)
         summary.append([
             "QK-norm" if qk else "no QK-norm", f"{sweep['loss0'].mean():.3f}",
             f"{sweep['loss'][best].mean():.3f} (lr {lrs[best]:g})",
@@ -163,7 +175,8 @@ def _tables(lrs, sweeps, kappas, forced, spec, forced_lr: float) -> str:
     return "\n\n".join([
         "Final test loss (nats) and max attention logit per learning rate (mean over seeds):",
         markdown_table(head, rows),
-        "Per variant: loss₀ (at initialization), best loss, LR sensitivity (mean; per seed), "
+        "Per variant: loss₀ (at initialization), best loss (test loss at the rate with the "
+        "lowest validation loss), LR sensitivity (mean; per seed), "
         "peak max logit:",
         markdown_table(["variant", "loss₀", "best loss", "LR sensitivity", "peak max logit"],
                        summary),
