@@ -2,6 +2,7 @@
 performance falls off a cliff (Michel et al., 2019; Voita et al., 2019); the order comes from
 head importance I_h = E|∂L/∂ξ_h| for the head gates ξ, or from entropy and redundancy."""
 
+import functools
 from pathlib import Path
 
 import jax
@@ -15,7 +16,7 @@ from attnjax.experiment.config import task_name
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "head_pruning.py"
-RANDOM_ORDERS = 5
+RANDOM_ORDERS, SEEDS = 5, 5
 PLATEAU, MIN_PLATEAU, CLIFF = 0.9, 0.2, 0.3
 
 
@@ -30,53 +31,73 @@ def plateau(curve: list[tuple[float, float]]) -> float:
 
 
 def analyze(out: Path, smoke: bool) -> record.Analysis:
-    """Train the config, then prune one head per step by each order.
+    """Train the config for ``SEEDS`` seeds, then prune each seed's model one head per step by
+    each order: importances measured on one batch, the loss on another (both drawn per seed).
 
     The metric is the share of attention's gain kept, ``m = (bigram − loss) / (bigram −
     loss_unpruned)`` (1: unpruned; ≤ 0: no better than the exact bigram model, which needs no
-    attention). Verdict rule (declared before measuring): *supported* iff the gradient-
-    importance order keeps m ≥ 0.9 up to ≥ 20% of heads pruned (plateau), m then falls by
-    ≥ 0.3 within the next 25% (cliff), and its curve's mean m exceeds the random orders' mean;
-    *refuted* if neither importance order keeps m ≥ 0.9 at 10% pruned; else *inconclusive*.
+    attention), averaged over seeds at each pruned fraction. Verdict rule (declared before
+    measuring), on the seed-mean curves: *supported* iff the gradient-importance order keeps
+    m ≥ 0.9 up to ≥ 20% of heads pruned (plateau), m then falls by ≥ 0.3 within the next 25%
+    (cliff), and its curve's mean m exceeds the random orders' mean; *refuted* if neither
+    importance order keeps m ≥ 0.9 at 10% pruned; else *inconclusive*.
     """
     config = load_file(_CONFIG).get_config("smoke" if smoke else None)
-    train_and_evaluate(config, out / "train", overwrite=True)
-    config, model, _ = load_run(out / "train")
+    seeds, size = (1, 64) if smoke else (SEEDS, 1024)
+    train_and_evaluate(config, out / "train", num_seeds=seeds, overwrite=True)
     task = tasks.get(task_name(config.task))
-    batch = task.generate(jax.random.key(7), 64 if smoke else 1024, config.task)
-    grad_batch = jax.tree.map(lambda x: x[:128], batch)
     bigram = config.task.spec.baselines["bigram_loss"]
-
-    loss = nnx.jit(lambda m: task.loss(m(batch), batch))
-    loss0 = float(loss(model))
-
-    def kept(model) -> float:
-        return (bigram - float(loss(model))) / (bigram - loss0)
-
-    step = 1 / pruning.get_gates(model).size
+    loss = nnx.jit(lambda m, b: task.loss(m(b), b))
     importances = {
-        "gradient importance": nnx.jit(
-            lambda m: pruning.gradient_importance(m, grad_batch, task.loss)
-        ),
-        "entropy-redundancy": nnx.jit(lambda m: pruning.entropy_redundancy_importance(m, batch)),
+        "gradient importance": nnx.jit(lambda m, b: pruning.gradient_importance(m, b, task.loss)),
+        "entropy-redundancy": nnx.jit(lambda m, b: pruning.entropy_redundancy_importance(m, b)),
     }
-    curves = {name: pruning.pruning_curve(model, kept, fn, step_fraction=step)
-              for name, fn in importances.items()}  # fmt: skip
     orders = 1 if smoke else RANDOM_ORDERS
-    randoms = [pruning.pruning_curve(model, kept, key=jax.random.key(i), step_fraction=step)
-               for i in range(orders)]  # fmt: skip
-    curves[f"random (mean of {orders})"] = [
-        (f, float(np.mean([r[j][1] for r in randoms]))) for j, (f, _) in enumerate(randoms[0])
-    ]
+    random_name = f"random (mean of {orders})"
+    per_seed, losses0 = [], []
+    for r, seed in enumerate(range(config.train.seed, config.train.seed + seeds)):
+        model = load_run(out / "train", r)[1]
+        measure, evaluate = (
+            task.generate(jax.random.fold_in(jax.random.key(stream), seed), n, config.task)
+            for stream, n in ((6, 128), (7, size))
+        )
+        loss0 = float(loss(model, evaluate))
+        losses0.append(loss0)
+
+        def kept(m, evaluate=evaluate, loss0=loss0) -> float:
+            return (bigram - float(loss(m, evaluate))) / (bigram - loss0)
+
+        step = 1 / pruning.get_gates(model).size
+        curves = {
+            name: pruning.pruning_curve(
+                model, kept, functools.partial(fn, b=measure), step_fraction=step
+            )
+            for name, fn in importances.items()
+        }
+        randoms = [pruning.pruning_curve(model, kept, key=jax.random.key(seed * orders + i),
+                                         step_fraction=step) for i in range(orders)]  # fmt: skip
+        curves[random_name] = _mean_curve(randoms)
+        per_seed.append(curves)
+    curves = {name: _mean_curve([c[name] for c in per_seed]) for name in per_seed[0]}
     _plot(curves, out / "summary.png")
     fractions = [f for f, _ in curves["gradient importance"]]
     rows = [[f"{f:.3f}", *(f"{c[j][1]:.3f}" for c in curves.values())]
             for j, f in enumerate(fractions)]  # fmt: skip
-    table = markdown_table(["fraction pruned", *curves], rows)
-    rows = [{"point": name, "seed": 0, "fraction_pruned": f, "kept_share": m}
-            for name, curve in curves.items() for f, m in curve]  # fmt: skip
-    return record.analysis("head_pruning", "M2", rows, table, _verdict(curves, loss0, bigram),
-                           ["summary.png"])  # fmt: skip
+    table = f"Kept share m, mean over {seeds} seeds:\n\n" + markdown_table(
+        ["fraction pruned", *curves], rows
+    )
+    rows = [{"point": name, "seed": config.train.seed + r, "fraction_pruned": f, "kept_share": m}
+            for r, c in enumerate(per_seed) for name, curve in c.items()
+            for f, m in curve]  # fmt: skip
+    plateaus = ", ".join(f"{plateau(c['gradient importance']):.0%}" for c in per_seed)
+    verdict, reason = _verdict(curves, float(np.mean(losses0)), bigram)
+    reason += f" Gradient-importance plateau per seed: {plateaus}."
+    return record.analysis("head_pruning", "M2", rows, table, (verdict, reason), ["summary.png"])
+
+
+def _mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """The pointwise mean of curves sampled at the same fractions."""
+    return [(f, float(np.mean([c[j][1] for c in curves]))) for j, (f, _) in enumerate(curves[0])]
 
 
 def _verdict(curves: dict, loss0: float, bigram: float) -> tuple[str, str]:
