@@ -58,6 +58,6 @@ def get_experiment(smoke: bool = False) -> Experiment:
         points=tuple(m | d for m in MODELS for d in grid(**{"task.distance": DISTANCES})),
         metric="accuracy",
         verdict=lambda summary: verdict(summary, field),
-        learning_rates=(1e-3, 3e-3),
+        learning_rates=(1e-3, 3e-3, 1e-2),
         solved_at=SOLVED,
     )
