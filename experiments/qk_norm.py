@@ -115,7 +115,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     config = load_file(_CONFIG).get_config("smoke" if smoke else None)
     lrs = (1e-2, 3.0) if smoke else LEARNING_RATES
     kappas, seeds = ((1.0, 1e3, 1e4), 1) if smoke else (KAPPAS, SEEDS)
-    with ThreadPoolExecutor(max_workers=3) as pool:  # XLA compiles one program on one core
+    with ThreadPoolExecutor(max_workers=2) as pool:  # 3 threads deadlocked XLA on 2 CPU cores
         jobs = {qk: pool.submit(lr_sweep, with_overrides(config, {"model.qk_norm": qk}),
                                 out / f"qk_norm={qk}", lrs, seeds)
                 for qk in (False, True)}  # fmt: skip
