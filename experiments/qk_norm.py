@@ -5,7 +5,6 @@ an LR grid of min(loss(η), loss₀) − min_η loss(η) (Wortsman et al., 2023;
 bigram model near κ = 1e4."""
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jax
@@ -115,13 +114,11 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     config = load_file(_CONFIG).get_config("smoke" if smoke else None)
     lrs = (1e-2, 3.0) if smoke else LEARNING_RATES
     kappas, seeds = ((1.0, 1e3, 1e4), 1) if smoke else (KAPPAS, SEEDS)
-    with ThreadPoolExecutor(max_workers=2) as pool:  # 3 threads deadlocked XLA on 2 CPU cores
-        jobs = {qk: pool.submit(lr_sweep, with_overrides(config, {"model.qk_norm": qk}),
-                                out / f"qk_norm={qk}", lrs, seeds)
-                for qk in (False, True)}  # fmt: skip
-        forced_job = pool.submit(forced_logits, config, kappas, seeds)
-        sweeps = {qk: job.result() for qk, job in jobs.items()}
-        forced = forced_job.result()
+    # One after another: run from threads, these programs' evaluations deadlocked XLA's CPU
+    # runtime (2 cores, 2 or 3 threads, every program waiting with the CPU idle).
+    sweeps = {qk: lr_sweep(with_overrides(config, {"model.qk_norm": qk}), out / f"qk_norm={qk}",
+                           lrs, seeds) for qk in (False, True)}  # fmt: skip
+    forced = forced_logits(config, kappas, seeds)
     spec = config.task.spec.baselines
     _plot(lrs, sweeps, kappas, forced, spec, out / "summary.png")
     table = _tables(lrs, sweeps, kappas, forced, spec, config.optim.learning_rate)
