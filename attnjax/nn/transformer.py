@@ -103,7 +103,8 @@ def _apply(norm: nnx.LayerNorm | None, x: Array) -> Array:
 
 def layer_rngs(rngs: nnx.Rngs | Array | None, index: int) -> nnx.Rngs | Array | None:
     """A key of its own for sublayer ``index`` when ``rngs`` is a key (the same key in two
-    layers would draw the same dropout mask); an ``nnx.Rngs`` or None as it is."""
+    layers would draw the same dropout mask); an ``nnx.Rngs`` or None as it is. A model with
+    both an :class:`Encoder` and a :class:`Decoder` passes each stack a key of its own."""
     if isinstance(rngs, jax.Array):
         return jax.random.fold_in(rngs, index)
     return rngs
