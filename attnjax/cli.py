@@ -101,7 +101,7 @@ def sweep(args: argparse.Namespace) -> None:
         raise SystemExit("--publish: a smoke run is not a record; drop --smoke or --publish")
     out = args.out or Path("runs") / name
     out.mkdir(parents=True, exist_ok=True)
-    for stale in ("report.md", "results.csv", "analysis.csv"):  # this run writes its own
+    for stale in record.RECORD_FILES:  # this run writes its own
         (out / stale).unlink(missing_ok=True)
     environment = record.environment(args.argv)  # the code as the run starts
     verdicts, bodies = {}, []

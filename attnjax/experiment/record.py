@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from attnjax.experiment import storage
 
+RECORD_FILES = ("report.md", "env.json", "results.csv", "analysis.csv")  # and its figures
 MAX_RECORD_BYTES = 2_000_000  # per file: a record holds tables and figures, nothing large
 
 
@@ -83,7 +84,7 @@ def publish(out: Path, dest: Path) -> list[Path]:
     ``env.json``, ``results.csv`` (and ``analysis.csv``) and the figures ``report.md`` shows.
     Return the copied paths."""
     linked = re.findall(r"\]\(([\w.-]+\.png)\)", (out / "report.md").read_text())
-    names = dict.fromkeys(["report.md", "env.json", "results.csv", "analysis.csv", *linked])
+    names = dict.fromkeys([*RECORD_FILES, *linked])
     files = [out / n for n in names if (out / n).is_file()]
     big = [f"{p.name} ({p.stat().st_size} bytes)" for p in files
            if p.stat().st_size > MAX_RECORD_BYTES]  # fmt: skip

@@ -36,7 +36,6 @@ class Stats(NamedTuple):
     learning_rate: float
     params: int
     by_learning_rate: tuple[tuple[float, float, float], ...] = ()  # (rate, valid, test) means
-    at_edge: bool = False  # the best rate (and any tied) is the smallest or largest of a grid
 
     @property
     def lower(self) -> float:
@@ -47,6 +46,15 @@ class Stats(NamedTuple):
     def upper(self) -> float:
         """Upper end of the 95% interval (the mean for a single seed)."""
         return self.mean + (0.0 if math.isnan(self.half_width) else self.half_width)
+
+    @property
+    def at_edge(self) -> bool:
+        """The best rate, and every rate tied with it on validation, is the smallest or the
+        largest of a grid of several."""
+        rates = [lr for lr, _, _ in self.by_learning_rate]
+        best = dict((lr, v) for lr, v, _ in self.by_learning_rate).get(self.learning_rate)
+        tied = [lr for lr, v, _ in self.by_learning_rate if v == best]
+        return len(rates) > 1 and not any(min(rates) < lr < max(rates) for lr in tied)
 
     def solved(self, threshold: float) -> int:
         """How many seeds reach ``threshold`` (≥; a metric where higher is better). Bimodal
@@ -221,14 +229,12 @@ def point_stats(rows: Sequence[Mapping[str, Any]], experiment: Experiment) -> St
 
     best = max(by_lr, key=score)  # ties: the first rate
     values = tuple(r[f"test_{metric}"] for r in by_lr[best])
-    tied = [lr for lr in by_lr if mean(lr, "valid") == mean(best, "valid")]
     return Stats(
         *report.mean_ci95(values),
         values,
         best,
         by_lr[best][0]["params"],
         tuple((lr, mean(lr, "valid"), mean(lr, "test")) for lr in sorted(by_lr)),
-        len(by_lr) > 1 and not any(min(by_lr) < lr < max(by_lr) for lr in tied),
     )
 
 

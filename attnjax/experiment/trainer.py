@@ -26,6 +26,14 @@ from attnjax.experiment.config import ExperimentConfig, OptimConfig, task_name
 # step (training data, dropout) or the split (evaluation batches).
 DATA, INIT, EVAL, DROPOUT = range(4)
 EVAL_SPLITS = {"valid": 1, "test": 2}
+
+
+def run_key(seed: Array | int, stream: int, index: Array | int) -> Array:
+    """``fold_in(fold_in(key(seed), stream), index)``: the key of ``stream``'s ``index``-th
+    draw (a step or a split) in the runs of ``seed``."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), stream), index)
+
+
 # XLA backend optimization levels (CPU, XOR model, 150 steps of 9 runs): level 0 compiles in a
 # third of the default level's (3) time and runs 2-4x slower; level 1 compiles in half the
 # time and runs as fast.
@@ -137,18 +145,14 @@ class Trainer:
         """Training step ``step`` of one run: the batch and the dropout masks are drawn from
         keys of (seed, step), so reruns and resumed runs are bit-exact. New state, loss."""
         params, rest, opt_state = state
-        batch_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), DATA), step)
-        batch = self.task.generate(batch_key, self.config.train.batch_size, self.config.task)
-        dropout_key = self.dropout_key(seed, step)
+        batch = self.task.generate(
+            run_key(seed, DATA, step), self.config.train.batch_size, self.config.task
+        )
+        dropout_key = run_key(seed, DROPOUT, step)
         loss, grads = jax.value_and_grad(self._loss)(params, rest, batch, dropout_key)
         updates, opt_state = self.tx.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: learning_rate * u, updates)
         return (optax.apply_updates(params, updates), rest, opt_state), loss
-
-    @staticmethod
-    def dropout_key(seed: Array | int, step: Array | int) -> Array:
-        """The key of training step ``step``'s dropout masks in the runs of ``seed``."""
-        return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), DROPOUT), step)
 
     def _chunk_one(self, state, learning_rate, seed, start_step):
         """``eval_every`` steps of one run; returns the new state and the mean training loss."""
@@ -164,8 +168,9 @@ class Trainer:
         of ``seed``: a draw of its own per seed, from keys disjoint from those of the training
         data, initialization and dropout."""
         split_id = EVAL_SPLITS[split] if isinstance(split, str) else split
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), EVAL), split_id)
-        return self.task.generate(key, self.config.train.eval_batch_size, self.config.task)
+        return self.task.generate(
+            run_key(seed, EVAL, split_id), self.config.train.eval_batch_size, self.config.task
+        )
 
     def _eval_one(self, params, rest, seed: Array, split_id: Array) -> dict[str, Array]:
         batch = self.eval_batch(seed, split_id)

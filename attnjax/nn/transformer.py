@@ -73,14 +73,13 @@ class Block(nnx.Module):
     ) -> Float[Array, "B T D"]:
         """Self-attention over ``x``; cross-attention to ``memory`` if the block has it.
         ``deterministic`` and ``rngs`` (a key is split per sublayer) go to attention dropout."""
-        dropout = {"deterministic": deterministic}
         x = x + self.attention(
             _apply(self.attention_norm, x),
             mask=mask,
             is_causal=is_causal,
             positions=positions,
+            deterministic=deterministic,
             rngs=layer_rngs(rngs, 0),
-            **dropout,
         )
         if self.cross is not None:
             if memory is None:
@@ -89,8 +88,8 @@ class Block(nnx.Module):
                 _apply(self.cross_norm, x),
                 memory,
                 mask=memory_mask,
+                deterministic=deterministic,
                 rngs=layer_rngs(rngs, 1),
-                **dropout,
             )
         if self.mlp is not None:
             x = x + self.mlp(_apply(self.mlp_norm, x))

@@ -15,18 +15,19 @@ from flax import nnx
 
 from attnjax import cli, tasks
 from attnjax.experiment import Runs, load_run, train_and_evaluate, with_overrides
+from attnjax.experiment import trainer as streams
 from attnjax.experiment.storage import read_csv, read_jsonl
-from attnjax.experiment.trainer import get_trainer
+from attnjax.experiment.trainer import get_trainer, run_key
 
 ROOT = pathlib.Path(__file__).parents[2]
 
 
-DROPOUT = {"model.dropout": 0.3}  # every run test trains with dropout
+WITH_DROPOUT = {"model.dropout": 0.3}  # every run test trains with dropout
 
 
 @pytest.fixture(scope="module")
 def dropout_config(smoke_config):
-    return with_overrides(smoke_config, DROPOUT)
+    return with_overrides(smoke_config, WITH_DROPOUT)
 
 
 @pytest.fixture(scope="module")
@@ -126,16 +127,15 @@ def test_dropout_masks_follow_seed_and_step_and_evaluation_is_deterministic(drop
     loss = jax.jit(trainer._loss)
 
     def at(seed, step):
-        return float(loss(params, rest, batch, trainer.dropout_key(seed, step)))
+        return float(loss(params, rest, batch, run_key(seed, streams.DROPOUT, step)))
 
     assert at(0, 0) == at(0, 0)  # a (seed, step) draws one mask
     assert len({at(0, 0), at(0, 1), at(1, 0)}) == 3  # other steps and seeds draw others
     # a training step uses the masks of its (seed, step) and the batch of its (seed, step)
-    data_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 0), 7)
-    step_batch = trainer.task.generate(data_key, dropout_config.train.batch_size,
-                                       dropout_config.task)  # fmt: skip
+    size, task_config = dropout_config.train.batch_size, dropout_config.task
+    step_batch = trainer.task.generate(run_key(0, streams.DATA, 7), size, task_config)
     _, step_loss = jax.jit(trainer._step_one)(one_run, 1e-3, jnp.uint32(0), jnp.int32(7))
-    expected = loss(params, rest, step_batch, trainer.dropout_key(0, 7))
+    expected = loss(params, rest, step_batch, run_key(0, streams.DROPOUT, 7))
     np.testing.assert_allclose(float(step_loss), float(expected), rtol=1e-6)
 
     first, second = trainer.evaluate(state, runs, "test"), trainer.evaluate(state, runs, "test")
@@ -152,9 +152,10 @@ def test_each_seed_draws_its_own_evaluation_batches(smoke_config):
     trainer = get_trainer(smoke_config)
     inputs = {(s, split): np.asarray(trainer.eval_batch(s, split)["inputs"])
               for s in (0, 1) for split in ("valid", "test")}  # fmt: skip
-    train_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 0), 0)
     size = smoke_config.train.eval_batch_size
-    train = np.asarray(trainer.task.generate(train_key, size, smoke_config.task)["inputs"])
+    train = np.asarray(
+        trainer.task.generate(run_key(0, streams.DATA, 0), size, smoke_config.task)["inputs"]
+    )
     draws = [*inputs.values(), train]
     assert all(not np.array_equal(a, b) for i, a in enumerate(draws) for b in draws[i + 1 :])
 
@@ -178,7 +179,7 @@ def test_sharded_seeds_on_four_devices_match_one_device(reference_run, tmp_path)
         "import jax, sys; assert jax.device_count() == 4\n"
         "from attnjax.experiment import load_file, train_and_evaluate, with_overrides\n"
         f"c = load_file({str(ROOT / 'configs' / 'xor_relation.py')!r}).get_config('smoke')\n"
-        f"c = with_overrides(c, {DROPOUT!r})\n"
+        f"c = with_overrides(c, {WITH_DROPOUT!r})\n"
         f"train_and_evaluate(c, {str(tmp_path)!r}, num_seeds=4)\n"
     )
     env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
