@@ -166,7 +166,9 @@ class Trainer:
     def eval_batch(self, seed: Array | int, split: str | Array) -> dict[str, Array]:
         """The evaluation batch of ``split`` (a name of ``EVAL_SPLITS`` or its id) for the runs
         of ``seed``: a draw of its own per seed, from keys disjoint from those of the training
-        data, initialization and dropout."""
+        data, initialization and dropout; every input once when the task enumerates them."""
+        if self.task.all_examples is not None:
+            return self.task.all_examples(self.config.task)
         split_id = EVAL_SPLITS[split] if isinstance(split, str) else split
         return self.task.generate(
             run_key(seed, EVAL, split_id), self.config.train.eval_batch_size, self.config.task

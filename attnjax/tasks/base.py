@@ -73,13 +73,16 @@ def sequence_metrics(logits: Logits, batch: Batch) -> dict[str, Float[Array, ""]
 class Task:
     """A registered task: ``generate(key, batch_size, config) -> batch`` (pure; jit it with
     ``static_argnums=(1, 2)``), its config class (whose ``spec`` property is a
-    :class:`TaskSpec`), and the loss and metrics of its logits."""
+    :class:`TaskSpec`), and the loss and metrics of its logits. A task with few equally likely
+    inputs may give ``all_examples(config) -> batch`` (each input once): it is then evaluated
+    on exactly those, so its metrics are population values with no sampling noise."""
 
     name: str
     config: type
     generate: Callable[[PRNGKeyArray, int, Any], Batch]
     loss: Callable[[Logits, Batch], Float[Array, ""]] = cross_entropy
     metrics: Callable[[Logits, Batch], dict[str, Float[Array, ""]]] = classification_metrics
+    all_examples: Callable[[Any], Batch] | None = None
 
 
 def split_examples(

@@ -3,7 +3,8 @@
 ``b1, b2`` are independent fair bits. Int inputs ``[B, 3]``: tokens 0 and 1 are the bits, 2 is
 ``"="``; vocabulary 3. The target sits at ``"="`` (the last position, the only ``loss_mask``
 position). Classes: 2. Chance: ``1/2``. The four inputs are equally likely, so a model right
-on three of them scores 0.75.
+on three of them scores 0.75; evaluation uses the four inputs once each (``all_examples``), so
+accuracy takes only the values 0, 1/4, 1/2, 3/4 and 1.
 """
 
 import dataclasses
@@ -31,4 +32,11 @@ def generate(key: PRNGKeyArray, batch_size: int, config: XorBitsConfig) -> base.
     return base.one_target(inputs, bits[:, 0] ^ bits[:, 1])
 
 
-TASK = base.Task("xor_bits", XorBitsConfig, generate)
+def all_examples(config: XorBitsConfig) -> base.Batch:
+    """The four inputs, each once (``[4, 3]``)."""
+    bits = jnp.array([[0, 0], [0, 1], [1, 0], [1, 1]], jnp.int32)
+    inputs = jnp.concatenate([bits, jnp.full((4, 1), 2, jnp.int32)], axis=1)
+    return base.one_target(inputs, bits[:, 0] ^ bits[:, 1])
+
+
+TASK = base.Task("xor_bits", XorBitsConfig, generate, all_examples=all_examples)

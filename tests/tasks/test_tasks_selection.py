@@ -33,6 +33,14 @@ def test_single_direction_accuracy_matches_the_task_batches(small):
     assert abs(measured - limit) < 4 * np.sqrt(limit * (1 - limit) / len(keys))
 
 
+def test_two_rankings_with_an_oracle_choice_beat_one_but_stay_far_from_solving():
+    from attnjax.tasks.min_of_keys import single_direction_accuracy, two_direction_accuracy
+
+    one, two = single_direction_accuracy(8), two_direction_accuracy(8)
+    assert one + 0.03 < two < 0.9
+    assert two_direction_accuracy(8, angles=4) <= two  # a coarser grid of pairs cannot do better
+
+
 def test_impostor_target_is_the_exact_match(small):
     config, batch = small("impostor")
     n, d = config.num_keys, config.dim

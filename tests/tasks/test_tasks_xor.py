@@ -1,5 +1,7 @@
 """XOR relation and XOR of two bits against brute-force decoding in Python."""
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -46,3 +48,20 @@ def test_xor_bits_target_is_the_xor_at_equals(small):
         assert targets.tolist() == [0, 0, b1 != b2] and mask.tolist() == [False, False, True]
         seen.add((b1, b2))
     assert len(seen) == 4
+
+
+def test_xor_bits_evaluates_on_each_input_once():
+    from attnjax import tasks
+    from attnjax.experiment import load_file
+    from attnjax.experiment.trainer import Trainer
+
+    task = tasks.get("xor_bits")
+    batch = task.all_examples(task.config())
+    pairs = [tuple(int(x) for x in row[:2]) for row in batch["inputs"]]
+    assert sorted(pairs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [int(t[-1]) for t in batch["targets"]] == [a ^ b for a, b in pairs]
+    root = pathlib.Path(__file__).parents[2]
+    config = load_file(root / "configs" / "xor_bits.py").get_config("smoke")
+    trainer = Trainer(config)
+    for seed, split in ((0, "valid"), (3, "test")):
+        assert np.array_equal(trainer.eval_batch(seed, split)["inputs"], batch["inputs"])
