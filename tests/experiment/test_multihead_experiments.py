@@ -6,6 +6,7 @@ import pytest
 from tests.experiment.conftest import check_record
 
 RECORDS = {  # claims judged, figures
+    "head_init": (["M3"], ["summary.png"]),
     "head_diversity": (["M1"], ["head_diversity.png", "summary.png"]),
     "head_pruning": (["M2"], ["summary.png"]),
     "positional_amplitude": (["S7"], ["positional_amplitude.png", "summary.png"]),
@@ -18,3 +19,23 @@ def test_smoke_end_to_end(name, run_smoke):
     claims, figures = RECORDS[name]
     check_record(out, claims, figures)
     assert all(f"verdict {c.lower()}: " in printed for c in claims)
+
+
+def test_head_contributions_sum_to_the_layer_output():
+    import jax
+    from flax import nnx
+
+    from attnjax import nn
+    from attnjax.experiment import load_file
+    from tests.experiment.conftest import EXPERIMENTS
+
+    module = load_file(EXPERIMENTS / "head_init.py")
+    key = jax.random.key(3)
+    parts = module.head_contributions(key, 4, "scaled_dot")
+    layer = nn.MultiHeadAttention(4, module.WIDTH, rngs=nnx.Rngs(key))
+    x = jax.random.normal(jax.random.fold_in(key, 1), (1, module.TOKENS, module.WIDTH))
+    assert parts.shape == (4, module.TOKENS, module.WIDTH)
+    assert jax.numpy.allclose(parts.sum(0), layer(x)[0], atol=1e-5)
+    assert module._judge([(1.0, 0.95, 1.05)]) == "supported"
+    assert module._judge([(1.0, 0.95, 1.05), (0.7, 0.6, 0.75)]) == "refuted"
+    assert module._judge([(1.0, 0.85, 1.15)]) == "inconclusive"
