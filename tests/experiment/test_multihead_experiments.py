@@ -7,6 +7,7 @@ from tests.experiment.conftest import check_record
 
 RECORDS = {  # claims judged, figures
     "head_init": (["M3"], ["summary.png"]),
+    "head_averaging": (["M4"], ["summary.png"]),
     "head_diversity": (["M1"], ["head_diversity.png", "summary.png"]),
     "head_pruning": (["M2"], ["summary.png"]),
     "positional_amplitude": (["S7"], ["positional_amplitude.png", "summary.png"]),
@@ -39,3 +40,20 @@ def test_head_contributions_sum_to_the_layer_output():
     assert module._judge([(1.0, 0.95, 1.05)]) == "supported"
     assert module._judge([(1.0, 0.95, 1.05), (0.7, 0.6, 0.75)]) == "refuted"
     assert module._judge([(1.0, 0.85, 1.15)]) == "inconclusive"
+
+
+def test_sharp_heads_on_different_keys_average_into_two_modes():
+    import numpy as np
+
+    from attnjax.experiment import load_file
+    from tests.experiment.conftest import EXPERIMENTS
+
+    module = load_file(EXPERIMENTS / "head_averaging.py")
+    w = np.full((1, 3, 1, 4), 0.05)  # heads 0, 1 sharp on keys 0 and 2; head 2 uniform
+    w[0, 0, 0, 0] = w[0, 1, 0, 2] = 0.85
+    w[0, 2, 0] = 0.25
+    stats = module.row_stats(w)
+    assert stats["sharp_heads"].tolist() == [[2]] and stats["multimodal"].tolist() == [[True]]
+    assert stats["average_entropy"][0, 0] > stats["heads_entropy"][0, 0]
+    w[0, 1, 0] = w[0, 0, 0]  # both sharp heads on key 0: the average stays unimodal
+    assert module.row_stats(w)["multimodal"].tolist() == [[False]]
