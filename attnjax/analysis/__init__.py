@@ -1,6 +1,7 @@
 """Diagnostics of attention maps and regularizers built on them."""
 
 from attnjax.analysis.diagnostics import (
+    cosine_weight_bound,
     effective_rank,
     entropy,
     gradient_norm_by_position,
@@ -18,6 +19,7 @@ from attnjax.analysis.regularizers import (
 
 __all__ = [
     "cosine_diversity_penalty",
+    "cosine_weight_bound",
     "effective_rank",
     "entropy",
     "gradient_norm_by_position",

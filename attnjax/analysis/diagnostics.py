@@ -76,3 +76,11 @@ def gradient_norm_by_position(
     inputs = jnp.asarray(inputs)
     jac = jax.jacrev(lambda x: fn(x)[output_position])(inputs)  # [C, T, D]
     return jnp.sqrt(jnp.sum(jac**2, axis=(0, 2)))
+
+
+def cosine_weight_bound(scale: ArrayLike, num_keys: int) -> Array:
+    """The largest attention weight cosine logits ``scale · cos(q, k) ∈ [-scale, scale]`` allow
+    among ``num_keys`` keys: ``e^{2g} / (e^{2g} + n − 1)`` for ``g = |scale|``, reached when one
+    key is at cosine 1 and every other at cosine −1 (0.105 for g = 1, n = 64)."""
+    g = jnp.abs(jnp.asarray(scale, jnp.float32))
+    return 1.0 / (1.0 + (num_keys - 1) * jnp.exp(-2.0 * g))

@@ -72,3 +72,28 @@ def test_gradient_norm_by_position_linear_map_and_causal_attention():
     x = jax.random.normal(jax.random.key(2), (6, 4))
     norms = analysis.gradient_norm_by_position(causal_self_attention, x, 3)
     assert (norms[:4] > 0).all() and (norms[4:] == 0).all()
+
+
+def test_cosine_weight_bound_is_exact():
+    """Cosine logits with scale g never give a key more than e^{2g}/(e^{2g}+n−1) (0.105 for
+    g = 1, n = 64): random directions stay below it, the extreme configuration reaches it, and
+    gradient ascent on the keys cannot pass it."""
+    n, h, g = 64, 8, 1.0
+    bound = float(analysis.cosine_weight_bound(g, n))
+    assert abs(bound - np.exp(2) / (np.exp(2) + 63)) < 1e-7 and abs(bound - 0.105) < 1e-3
+    q = jax.random.normal(jax.random.key(0), (256, 1, h))
+    k = jax.random.normal(jax.random.key(1), (256, n, h))
+
+    def top_weight(q, k):
+        logits = aj.scores.cosine(q, k, g)
+        return jax.nn.softmax(logits, axis=-1)[..., 0, 0]
+
+    assert float(top_weight(q, k).max()) < bound
+    extreme = jnp.concatenate([q, jnp.repeat(-q, n - 1, axis=1)], axis=1)
+    np.testing.assert_allclose(top_weight(q, extreme), bound, rtol=1e-5)
+    ascend = jax.jit(jax.grad(lambda k: jnp.log(top_weight(q, k)).sum()))
+    for _ in range(100):  # projected onto the unit sphere: cosine ignores the norm
+        k = k + 20.0 * ascend(k)
+        k = k / jnp.linalg.norm(k, axis=-1, keepdims=True)
+    reached = top_weight(q, k)
+    assert float(reached.max()) <= bound * (1 + 1e-5) and float(reached.mean()) > 0.75 * bound
