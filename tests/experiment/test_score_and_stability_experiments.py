@@ -1,5 +1,6 @@
-"""The entropy-collapse (S9) and cosine-bound (S4) experiments: their measurements on
-constructed inputs and their smoke variants end to end through ``attnjax sweep``."""
+"""The dot-vs-general (S3), cosine-bound (S4) and entropy-collapse (S9) experiments: their
+measurements and rules on constructed inputs, and their smoke variants end to end through
+``attnjax sweep``."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,10 @@ import pytest
 from attnjax.experiment import load_file
 from tests.experiment.conftest import EXPERIMENTS, check_record
 
-RECORDS = {"entropy_collapse": (["S9"], ["summary.png"])}
+RECORDS = {
+    "entropy_collapse": (["S9"], ["summary.png"]),
+    "luong_scores": (["S3"], ["summary.png"]),
+}
 
 
 @pytest.mark.parametrize("name", sorted(RECORDS))
@@ -33,3 +37,18 @@ def test_spike_and_collapse_steps():
     run = module.trajectories(metrics)[0, 0.1]
     assert run["step"].tolist() == [20, 40] and run["loss"].tolist() == [20.0, 40.0]
     assert run["entropy"].tolist() == [-20.0, -40.0]
+
+
+def test_luong_winner_needs_separate_intervals():
+    from attnjax.experiment import Stats
+
+    module = load_file(EXPERIMENTS / "luong_scores.py")
+
+    def loss(mean):
+        return Stats(mean, 0.05, (mean,), 1e-3, 1)
+
+    assert module.winner(loss(1.0), loss(0.8)) == "general"
+    assert module.winner(loss(0.8), loss(1.0)) == "dot"
+    assert module.winner(loss(1.0), loss(0.95)) == "tie"
+    assert module.verdict({"a": "dot", "b": "tie"}) == "supported"
+    assert module.verdict({"a": "dot", "b": "general"}) == "refuted"

@@ -1,0 +1,96 @@
+"""CLAIMS S3: Luong et al. (2015) found the plain dot score at least as good as the "general"
+bilinear score qᵀWk for global attention (18.6 vs 17.3 BLEU). Tested with one attention head
+on two tasks of different kinds — a relation lookup over embedded tokens (XOR relation,
+embedding encoding) and geometric retrieval by direction (impostor task with a unit-norm
+impostor, i.e. a plain distractor at cosine 0.5) — each score at its best learning rate of a
+grid, on the test loss (no ceiling)."""
+
+from pathlib import Path
+
+from attnjax.experiment import Experiment, Stats, Summary, load_file, record, sweep
+from attnjax.experiment.report import fmt, markdown_table, new_figure, save_figure
+from attnjax.experiment.storage import read_csv
+
+_CONFIGS = Path(__file__).parents[1] / "configs"
+SEEDS = 5
+LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
+DOT, GENERAL = {"model.score": "dot"}, {"model.score": "bilinear"}
+TASKS = {  # name: (config file, overrides of its base config)
+    "xor_relation": ("xor_relation.py", {"task.encoding": "embedding"}),
+    "impostor": ("impostor.py", {"task.impostor_norm": 1.0}),
+}
+
+
+def winner(dot: Stats, general: Stats) -> str:
+    """Which score has the lower loss with non-overlapping 95% intervals, else ``"tie"``."""
+    if general.upper < dot.lower:
+        return "general"
+    return "dot" if dot.upper < general.lower else "tie"
+
+
+def verdict(winners: dict[str, str]) -> str:
+    """*Supported* iff the general score wins on no task; *refuted* iff it wins on one or more
+    (a task where dot < general contradicts "dot ≥ general"); never inconclusive: a tie is
+    consistent with the claim."""
+    return "refuted" if "general" in winners.values() else "supported"
+
+
+def experiment(name: str, smoke: bool) -> Experiment:
+    file, overrides = TASKS[name]
+    base = load_file(_CONFIGS / file).get_config("smoke" if smoke else None)
+    return Experiment(
+        name=f"luong_scores/{name}",
+        claim_id="S3",
+        claim=" ".join(__doc__.split()),
+        base=base,
+        points=(overrides | DOT, overrides | GENERAL),
+        metric="loss",
+        verdict=lambda summary: ("inconclusive", "judged across tasks"),
+        learning_rates=LEARNING_RATES[1:3] if smoke else LEARNING_RATES,
+        higher_is_better=False,
+    )
+
+
+def analyze(out: Path, smoke: bool) -> record.Analysis:
+    """One sweep per task (one head, dot vs general, ``SEEDS`` seeds × the learning-rate grid,
+    best rate chosen on validation), compared on the test loss.
+
+    Verdict rule (declared before measuring): on each task the general score *wins* if its 95%
+    interval lies entirely below dot's, dot wins if the reverse, else a tie. The claim is
+    *supported* iff general wins on no task, *refuted* iff it wins on at least one.
+    """
+    rows, table, summaries = [], [], {}
+    for name, (_, overrides) in TASKS.items():
+        exp = experiment(name, smoke)
+        outcome = sweep(exp, out / name, num_seeds=1 if smoke else SEEDS)
+        summaries[name] = outcome.summary
+        rows += [{"task": name} | r for r in read_csv(out / name / "results.csv")]
+        dot, general = (outcome.summary[overrides | p] for p in (DOT, GENERAL))
+        table.append([name, f"{fmt(dot.mean, dot.half_width)} (lr {dot.learning_rate:g})",
+                      f"{fmt(general.mean, general.half_width)} (lr {general.learning_rate:g})",
+                      winner(dot, general)])  # fmt: skip
+    winners = {row[0]: row[-1] for row in table}
+    result = verdict(winners)
+    reason = (
+        "; ".join(
+            f"{task}: dot {dot}, general {general} → {win}" for task, dot, general, win in table
+        )
+        + f" (test loss, nats, mean ± 95% interval over {1 if smoke else SEEDS} seeds)."
+    )
+    _plot(summaries, out / "summary.png")
+    body = markdown_table(["task", "dot: test loss", "general: test loss", "lower loss"], table)
+    body += "\n\nEvery rate's valid / test loss is in each task's `results.csv` rows."
+    return record.analysis("luong_scores", "S3", rows, body, (result, reason), ["summary.png"])
+
+
+def _plot(summaries: dict[str, Summary], path: Path) -> None:
+    fig, axes = new_figure(1, len(summaries), figsize=(4.5 * len(summaries), 3.4))
+    for ax, (name, summary) in zip(axes, summaries.items(), strict=True):
+        for i, (_, s) in enumerate(summary):
+            ax.bar(i, s.mean, yerr=s.mean - s.lower, capsize=4, color=("#8fb3d9", "#e3a869")[i])
+            ax.plot([i] * len(s.values), s.values, "k.", ms=3)
+        ax.set_xticks([0, 1], ["dot", "general (bilinear)"])
+        ax.set_ylabel("test loss (nats)")
+        ax.set_title(name)
+        ax.grid(axis="y", alpha=0.3)
+    save_figure(fig, path, "one head: dot vs general, each at its best learning rate")
