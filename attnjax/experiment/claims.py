@@ -24,41 +24,57 @@ VERDICT_LINE = re.compile(r"verdict (?P<claim>.+?): (?P<verdict>supported|refute
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """A claim of ``CLAIMS.md`` (``id``, e.g. ``"E1"``), what it says in a few words, the
-    experiments (``experiments/<name>.py``) that judge it, and its ``previous`` verdict: the
-    one docs/claims.md gave before records (3 seeds, one fixed test batch per split)."""
+    experiments (``experiments/<name>.py``) that judge it, its ``previous`` verdict (the one
+    docs/claims.md gave before records: 3 seeds, one fixed test batch per split) and, for a
+    claim whose experiment was redesigned because its verdict could not come out against the
+    claim, the ``earlier_design``'s recorded verdict ("" when not redesigned)."""
 
     id: str
     title: str
     experiments: tuple[str, ...]
     previous: str
+    earlier_design: str = ""
 
 
+NEW = "no experiment"
 CLAIMS = tuple(
-    Claim(id, title, tuple(experiments.split()), previous)
-    for id, title, experiments, previous in (
+    Claim(id, title, tuple(experiments.split()), previous, earlier)
+    for id, title, experiments, previous, earlier in (
         ("E1", "bilinear scores cannot rank an XOR-relevant key, additive can", "xor_relation",
-         "supported"),
-        ("E2", "one head cannot do XOR of two bits, two heads can", "xor_bits", "inconclusive"),
+         "supported", ""),
+        ("E2", "one head cannot do XOR of two bits; two heads, an MLP or a LayerNorm can",
+         "xor_bits", "inconclusive", "inconclusive"),
         ("E3", "one dot head cannot select argmax min(k₁, k₂); two heads + MLP can",
-         "min_of_keys", "refuted"),
-        ("E4", "a large-norm impostor fools dot, not cosine or additive", "impostor", "supported"),
-        ("E5", "MQA cannot realize two key orderings that MHA can", "mqa_ordering", "refuted"),
-        ("E6", "two layers solve MQAR, one does not; flat in width", "mqar", "inconclusive"),
+         "min_of_keys", "refuted", "inconclusive"),
+        ("E4", "a large-norm impostor fools dot, not cosine or additive", "impostor", "supported",
+         ""),
+        ("E5", "MQA cannot realize two key orderings that MHA can; GQA in between",
+         "mqa_ordering", "refuted", "refuted"),
+        ("E6", "two layers solve MQAR, one does not; flat in width", "mqar", "inconclusive",
+         "inconclusive"),
         ("E7", "attention's path does not decay with distance; RNNs' does; CNN sees its field",
-         "gradient_path copy", "supported"),
+         "gradient_path copy", "supported", ""),
         ("S1", "unscaled logits' variance grows as H and softmax saturates", "dk_scaling",
-         "supported"),
-        ("S2", "unscaled dot degrades training as H grows; scaling fixes it", "dk_scaling",
-         "refuted"),
-        ("S5", "gradients vanish at both temperature extremes", "temperature", "supported"),
+         "supported", ""),
+        ("S2", "unscaled dot degrades training as H grows, additive does not; scaling fixes it",
+         "dk_scaling", "refuted", "refuted"),
+        ("S3", "dot is at least as good as general (bilinear)", "luong_scores", NEW, ""),
+        ("S4", "fixed-scale cosine caps the top weight; a learnable scale removes the cap",
+         "cosine_bound", NEW, ""),
+        ("S5", "gradients vanish at both temperature extremes", "temperature", "supported", ""),
         ("S6", "QK-LayerNorm caps the max logit and lowers LR sensitivity", "qk_norm",
-         "supported"),
+         "supported", ""),
         ("S7", "positional amplitude: too small → uniform, too large → collapse",
-         "positional_amplitude", "supported"),
-        ("S8", "additive: ReLU dead units, bias keeps tanh active", "activation", "inconclusive"),
+         "positional_amplitude", "supported", ""),
+        ("S8", "additive: no bias cancels, a bias helps; ReLU dead units, a positive bias helps",
+         "activation", "inconclusive", "inconclusive"),
+        ("S9", "attention entropy collapses before the loss spikes", "entropy_collapse", NEW, ""),
         ("M1", "degenerate inputs collapse heads; diversity penalties keep them apart",
-         "head_diversity", "supported"),
-        ("M2", "pruning heads: a plateau, then a cliff", "head_pruning", "supported"),
+         "head_diversity", "supported", ""),
+        ("M2", "pruning heads: a plateau, then a cliff", "head_pruning", "supported", ""),
+        ("M3", "at init the output norm is flat in h; the heads average with variance σ²/h",
+         "head_init", NEW, ""),
+        ("M4", "sharp heads average into a multimodal map", "head_averaging", NEW, ""),
     )
 )  # fmt: skip
 EXPERIMENTS = tuple(dict.fromkeys(e for c in CLAIMS for e in c.experiments))
@@ -116,8 +132,9 @@ def summary_block(records: dict[str, Record | None]) -> str:
             record = records[e]
             reason = record.reasons.get(claim.id, "").replace("|", "\\|") if record else ""
             rows.append([f"{claim.id} {claim.title}", f"[`{e}`](#{e})",
-                         _verdict(records, claim, e), claim.previous, reason])  # fmt: skip
-    header = ["claim", "experiment", "verdict", "before records", "measured"]
+                         _verdict(records, claim, e), claim.earlier_design or "—",
+                         claim.previous, reason])  # fmt: skip
+    header = ["claim", "experiment", "verdict", "earlier design", "before records", "measured"]
     return markdown_table(header, rows)
 
 

@@ -42,8 +42,9 @@ def test_claims_writes_blocks_and_check_names_stale_ones(tmp_path, capsys):
     cli.main(["claims", "--root", str(root), "--check"])
     docs = (root / "docs" / "claims.md").read_text()
     assert docs.startswith("# Claims\n\nProse stays.")
-    assert "| E2 one head cannot do XOR of two bits, two heads can | [`xor_bits`](#xor_bits) | " \
-        "refuted | inconclusive | 1 head 0.900. |" in docs  # fmt: skip
+    title = claims.CLAIMS[1].title
+    assert f"| E2 {title} | [`xor_bits`](#xor_bits) | refuted | inconclusive | inconclusive | " \
+        "1 head 0.900. |" in docs  # fmt: skip
     assert (
         "](../results/xor_bits/summary.png)" in docs
         and "### xor_bits" in docs
@@ -51,9 +52,7 @@ def test_claims_writes_blocks_and_check_names_stale_ones(tmp_path, capsys):
     )
     assert "not yet rerun" in docs  # the experiments without a record
     readme = (root / "README.md").read_text()
-    assert (
-        "| E2 one head cannot do XOR of two bits, two heads can | `xor_bits` | refuted |" in readme
-    )
+    assert f"| E2 {title} | `xor_bits` | refuted |" in readme
     assert readme.endswith("<!-- claims:end -->\nend\n")
 
     report = root / "results" / "xor_bits" / "report.md"
