@@ -49,6 +49,7 @@ class ModelConfig:
     score_hidden: int | None = None  # additive scores: hidden size A (default: head size)
     score_bias: bool = True  # additive scores: bias b
     learnable_scale: bool = False  # scaled_dot: learnable γ = 1/τ per head
+    cosine_scale: float | None = None  # cosine: a fixed scale g; None: learnable (QKNorm init)
     qk_norm: bool = False
     positional: str = "none"  # none | sinusoidal | learned | rope
     pos_amplitude: float = 1.0  # sinusoidal amplitude
@@ -101,6 +102,11 @@ class ModelConfig:
             raise ValueError(f"{needed}: required with embedding={self.embedding!r}")
         if self.score_hidden is not None and not self.score.startswith("additive"):
             raise ValueError(f"score_hidden: applies to additive scores, not {self.score!r}")
+        if self.cosine_scale is not None and (self.score != "cosine" or self.cosine_scale <= 0):
+            raise ValueError(
+                f"cosine_scale: expected a positive scale with score='cosine', got "
+                f"{self.cosine_scale!r} with score={self.score!r}"
+            )
         if self.learnable_scale and self.score != "scaled_dot":
             raise ValueError(f"learnable_scale: applies to score='scaled_dot', not {self.score!r}")
 
@@ -122,7 +128,8 @@ class ModelConfig:
         if self.score == "scaled_dot":
             return {"learnable_scale": self.learnable_scale}
         if self.score == "cosine":
-            return {"length": self.max_len}
+            fixed = {"init_scale": self.cosine_scale, "learnable": False}
+            return {"length": self.max_len} | (fixed if self.cosine_scale is not None else {})
         return {}
 
     @property

@@ -132,9 +132,10 @@ def qknorm_scale(length: int) -> float:
 
 
 class Cosine(Score):
-    """``scale · cos(q, k)`` with a learnable per-head ``scale [N]``, initialized to
-    ``init_scale`` or else :func:`qknorm_scale` of ``length`` (a bounded logit would
-    otherwise cap the largest attention weight)."""
+    """``scale · cos(q, k)`` with a per-head ``scale [N]``, initialized to ``init_scale`` or
+    else :func:`qknorm_scale` of ``length`` (a bounded logit would otherwise cap the largest
+    attention weight: see :func:`attnjax.analysis.cosine_weight_bound`); learnable, or held
+    fixed at ``init_scale`` with ``learnable=False``."""
 
     name = "cosine"
 
@@ -145,12 +146,14 @@ class Cosine(Score):
         *,
         length: int = 128,
         init_scale: float | None = None,
+        learnable: bool = True,
         param_dtype=jnp.float32,
         rngs=None,
     ):
         del head_dim, rngs
         init = qknorm_scale(length) if init_scale is None else init_scale
-        self.scale = nnx.Param(jnp.full((num_heads,), init, param_dtype))
+        full = jnp.full((num_heads,), init, param_dtype)
+        self.scale = nnx.Param(full) if learnable else nnx.Variable(full)
 
     def __call__(self) -> dict[str, Array]:
         return {"scale": self.scale[...]}

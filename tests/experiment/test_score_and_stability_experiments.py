@@ -9,6 +9,7 @@ from attnjax.experiment import load_file
 from tests.experiment.conftest import EXPERIMENTS, check_record
 
 RECORDS = {
+    "cosine_bound": (["S4"], ["summary.png"]),
     "entropy_collapse": (["S9"], ["summary.png"]),
     "luong_scores": (["S3"], ["summary.png"]),
 }

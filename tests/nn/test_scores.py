@@ -61,6 +61,17 @@ def test_cosine_init_does_not_cap_the_largest_weight():
     assert jax.nn.softmax(logits)[0] > 0.99
 
 
+def test_a_fixed_cosine_scale_is_not_a_parameter():
+    options = {"init_scale": 1.0, "learnable": False}
+    fixed = ann.make_score("cosine", N, H, options=options, rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(fixed()["scale"], np.ones(N))
+    assert not jax.tree.leaves(nnx.state(fixed, nnx.Param))
+    config = ann.ModelConfig(score="cosine", cosine_scale=1.0, vocab_size=4)
+    assert config.score_options() == {"length": config.max_len, **options}
+    with pytest.raises(ValueError, match="cosine_scale"):
+        ann.ModelConfig(score="dot", cosine_scale=1.0, vocab_size=4)
+
+
 def test_bad_names_and_options_are_named():
     with pytest.raises(ValueError, match="score: expected one of"):
         ann.make_score("dott", N, H, rngs=nnx.Rngs(0))
