@@ -1,6 +1,8 @@
-"""Attention dimension (CLAIMS S2): one attention layer of width = head size H retrieves a
-value by key on the XOR-relation task with one embedding per token (solvable by every score),
-so only the score's behaviour as H grows differs between points."""
+"""Attention dimension (CLAIMS S2): one pre-LN attention layer of fixed width retrieves the
+value of the one relevant key among ``num_keys`` (the XOR-relation task, one embedding per
+token), with the head size H set apart from the width. LayerNorm before attention and
+projection kernels of variance 1/fan_in give q and k unit-variance coordinates at
+initialization, so unscaled logits have variance ≈ H; only H and the score vary."""
 
 from attnjax import tasks
 from attnjax.experiment import ExperimentConfig, OptimConfig, TrainConfig
@@ -10,21 +12,24 @@ def get_config(variant: str | None = None) -> ExperimentConfig:
     smoke = variant == "smoke"
     return ExperimentConfig(
         name="dk_scaling",
-        task=tasks.get("xor_relation").config(num_keys=8, num_values=8, encoding="embedding"),
+        task=tasks.get("xor_relation").config(num_keys=8, num_values=16, encoding="embedding"),
         model=dict(
             kind="transformer",
-            width=16,
+            width=32,
             layers=1,
             heads=1,
+            head_dim=32,
+            attention_init="lecun",
             score="scaled_dot",
             mlp=False,
-            norms=False,
+            norms=True,
         ),
         optim=OptimConfig(learning_rate=1e-3),
         train=TrainConfig(
-            steps=10 if smoke else 300,
-            eval_every=10 if smoke else 100,
+            steps=10 if smoke else 400,
+            eval_every=10 if smoke else 200,
             batch_size=32,
-            eval_batch_size=64 if smoke else 1024,
+            eval_batch_size=64 if smoke else 512,
+            fast_compile=smoke,
         ),
     )

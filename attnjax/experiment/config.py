@@ -31,8 +31,10 @@ def _require(ok: bool, owner: Any, name: str, expected: str) -> None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OptimConfig:
-    """AdamW with linear warm-up, then a constant or cosine-decayed learning rate."""
+    """AdamW (or plain SGD: ``optimizer="sgd"``, which ignores ``b1``, ``b2``) with linear
+    warm-up, then a constant or cosine-decayed learning rate."""
 
+    optimizer: str = "adamw"
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     b1: float = 0.9
@@ -43,6 +45,7 @@ class OptimConfig:
 
     def __post_init__(self):
         check_types(self)
+        _require(self.optimizer in ("adamw", "sgd"), self, "optimizer", "adamw | sgd")
         _require(self.learning_rate > 0, self, "learning_rate", "> 0")
         _require(self.weight_decay >= 0, self, "weight_decay", ">= 0")
         _require(0 <= self.b1 < 1 and 0 <= self.b2 < 1, self, "b1", "b1, b2 in [0, 1)")

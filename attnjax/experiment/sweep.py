@@ -25,6 +25,8 @@ from attnjax.experiment.config import ExperimentConfig, with_overrides
 from attnjax.experiment.run import train_and_evaluate
 
 VERDICTS = ("supported", "refuted", "inconclusive")
+# One grid for every point, or a grid per point from its overrides.
+LearningRates = tuple[float, ...] | Callable[[Mapping[str, Any]], tuple[float, ...]]
 
 
 class Stats(NamedTuple):
@@ -105,7 +107,8 @@ class Experiment:
     """``claim_id`` names the claim judged (``"E1"``); ``metric`` is a final-metric column of
     ``results.csv`` reported on ``test`` (e.g. ``"accuracy"``); ``verdict(summary) ->
     (verdict, reason)`` looks the points' stats up by their overrides. ``learning_rates``,
-    when given, are all trained (vectorized) and each point is compared at its best one.
+    when given, are all trained (vectorized) and each point is compared at its best one; a
+    function of the point's overrides gives each point its own grid (e.g. one per optimizer).
     ``solved_at``: a threshold whose solved-seed counts the report shows."""
 
     name: str
@@ -115,9 +118,14 @@ class Experiment:
     points: tuple[Mapping[str, Any], ...]
     metric: str
     verdict: Callable[[Summary], tuple[str, str]]
-    learning_rates: tuple[float, ...] | None = None
+    learning_rates: LearningRates | None = None
     higher_is_better: bool = True
     solved_at: float | None = None
+
+    def rates(self, point: Mapping[str, Any]) -> tuple[float, ...] | None:
+        """The learning rates trained at ``point``."""
+        rates = self.learning_rates
+        return rates(point) if callable(rates) else rates
 
 
 class Outcome(NamedTuple):
@@ -185,7 +193,7 @@ def sweep(
             with_overrides(experiment.base, {**point, "name": name}),
             folders[i],
             num_seeds=num_seeds,
-            learning_rates=experiment.learning_rates,
+            learning_rates=experiment.rates(point),
             fields={"point": name, **point},
             overwrite=overwrite,
             progress=functools.partial(progress, name) if progress else None,
@@ -299,11 +307,14 @@ def sweep_tables(experiment: Experiment, summary: Summary) -> str:
     """The learning-rate note, the summary table, the edge flags and the metric against
     learning rate (markdown)."""
     lrs = experiment.learning_rates
-    lr_note = (
-        f"Each point at its best learning rate of {list(lrs)} (chosen on the valid split)."
-        if lrs
-        else f"Learning rate {experiment.base.optim.learning_rate:g} for every point."
-    )
+    if callable(lrs):
+        lr_note = "Each point at the best learning rate of its grid (chosen on the valid split)."
+    elif lrs:
+        lr_note = (
+            f"Each point at its best learning rate of {list(lrs)} (chosen on the valid split)."
+        )
+    else:
+        lr_note = f"Learning rate {experiment.base.optim.learning_rate:g} for every point."
     edges = edge_points(summary)
     edge_note = (
         f"\n**Best learning rate at the edge of the grid** ({len(edges)} of {len(summary)} "

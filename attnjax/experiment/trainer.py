@@ -57,8 +57,8 @@ class Runs:
 
 
 def optimizer(optim: OptimConfig, steps: int) -> optax.GradientTransformation:
-    """AdamW *without* the learning rate, which each run multiplies in itself: the schedule
-    (warm-up, then constant or cosine) is applied here as a factor in [0, 1]."""
+    """AdamW (or SGD) *without* the learning rate, which each run multiplies in itself: the
+    schedule (warm-up, then constant or cosine) is applied here as a factor in [0, 1]."""
     warmup = max(optim.warmup_steps, 1)
     if optim.schedule == "cosine":
         decay = optax.cosine_decay_schedule(1.0, max(steps - optim.warmup_steps, 1))
@@ -68,9 +68,10 @@ def optimizer(optim: OptimConfig, steps: int) -> optax.GradientTransformation:
         [optax.linear_schedule(1.0 / warmup, 1.0, warmup), decay], [optim.warmup_steps]
     )
     parts = [optax.clip_by_global_norm(optim.clip_norm)] if optim.clip_norm else []
+    if optim.optimizer == "adamw":
+        parts.append(optax.scale_by_adam(b1=optim.b1, b2=optim.b2))
     return optax.chain(
         *parts,
-        optax.scale_by_adam(b1=optim.b1, b2=optim.b2),
         optax.add_decayed_weights(optim.weight_decay),
         optax.scale_by_schedule(lambda count: -schedule(count)),
     )

@@ -15,6 +15,7 @@ POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 EMBEDDINGS = ("tokens", "linear")
 CELLS = ("gru", "lstm")
 DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION_INITS = ("xavier", "lecun")
 
 
 def register(name: str) -> Callable:
@@ -44,10 +45,13 @@ class ModelConfig:
     layers: int = 1
     # attention
     heads: int = 1
+    head_dim: int | None = None  # head size H; None: width // heads
+    attention_init: str = "xavier"  # projection kernels: xavier | lecun (variance 1/fan_in)
     kv_heads: int | None = None  # None: = heads (MHA); 1: MQA
     score: str = "scaled_dot"
     score_hidden: int | None = None  # additive scores: hidden size A (default: head size)
     score_bias: bool = True  # additive scores: bias b
+    score_bias_init: float = 0.0  # additive scores: initial value of every entry of b
     learnable_scale: bool = False  # scaled_dot: learnable γ = 1/τ per head
     cosine_scale: float | None = None  # cosine: a fixed scale g; None: learnable (QKNorm init)
     qk_norm: bool = False
@@ -79,6 +83,7 @@ class ModelConfig:
         if self.dropout > 0 and self.kind != "transformer":
             raise ValueError(f"dropout: only the transformer has dropout, got kind={self.kind!r}")
         _one_of("score", self.score, sorted(SCORE_MODULES))
+        _one_of("attention_init", self.attention_init, ATTENTION_INITS)
         _one_of("positional", self.positional, POSITIONAL)
         _one_of("embedding", self.embedding, EMBEDDINGS)
         _one_of("cell", self.cell, CELLS)
@@ -86,10 +91,11 @@ class ModelConfig:
         _one_of("param_dtype", self.param_dtype, DTYPES)
         for name in ("width", "layers", "heads", "max_len", "mlp_ratio", "num_classes"):
             _positive(name, getattr(self, name))
-        for name in ("kv_heads", "score_hidden", "vocab_size", "in_features", "kernel_size"):
+        optional = ("head_dim", "kv_heads", "score_hidden", "vocab_size", "in_features")
+        for name in (*optional, "kernel_size"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
-        if self.width % self.heads:
+        if self.head_dim is None and self.width % self.heads:
             raise ValueError(f"heads: expected a divisor of width={self.width}, got {self.heads}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(
@@ -102,6 +108,11 @@ class ModelConfig:
             raise ValueError(f"{needed}: required with embedding={self.embedding!r}")
         if self.score_hidden is not None and not self.score.startswith("additive"):
             raise ValueError(f"score_hidden: applies to additive scores, not {self.score!r}")
+        if self.score_bias_init and not (self.score.startswith("additive") and self.score_bias):
+            raise ValueError(
+                f"score_bias_init: applies to additive scores with score_bias=True, got "
+                f"score={self.score!r}, score_bias={self.score_bias}"
+            )
         if self.cosine_scale is not None and (self.score != "cosine" or self.cosine_scale <= 0):
             raise ValueError(
                 f"cosine_scale: expected a positive scale with score='cosine', got "
@@ -121,10 +132,22 @@ class ModelConfig:
             )
         return cls(**values)
 
+    def attention_options(self) -> dict[str, Any]:
+        """``qkv_features`` (``heads · head_dim``, or the width) and ``kernel_init`` for every
+        :class:`~attnjax.nn.MultiHeadAttention`: ``lecun`` draws each projection kernel with
+        variance ``1/fan_in``, so unit-variance inputs give unit-variance q and k whatever H."""
+        qkv = self.width if self.head_dim is None else self.heads * self.head_dim
+        init = {"xavier": nnx.initializers.xavier_uniform, "lecun": nnx.initializers.lecun_normal}
+        return {"qkv_features": qkv, "kernel_init": init[self.attention_init]()}
+
     def score_options(self) -> dict[str, Any]:
         """Options for the score module (see :mod:`attnjax.nn.scores`)."""
         if self.score.startswith("additive"):
-            return {"hidden": self.score_hidden, "use_bias": self.score_bias}
+            return {
+                "hidden": self.score_hidden,
+                "use_bias": self.score_bias,
+                "bias_init": self.score_bias_init,
+            }
         if self.score == "scaled_dot":
             return {"learnable_scale": self.learnable_scale}
         if self.score == "cosine":

@@ -65,6 +65,7 @@ class Transformer(nnx.Module):
             num_kv_heads=c.kv_heads,
             score=c.score,
             score_options=c.score_options(),
+            **c.attention_options(),
             qk_norm=c.qk_norm,
             rope=c.positional == "rope",
             dropout_rate=c.dropout,

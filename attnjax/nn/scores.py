@@ -90,8 +90,8 @@ class Additive(Score):
     """``vᵀ act(W_qᵀ q + W_kᵀ k + b)`` with ``act`` tanh or relu and hidden size ``A``.
 
     ``w_q, w_k [N, H, A]`` ~ normal(std ``1/sqrt(H)``), ``v [N, A]`` ~ normal(std
-    ``1/sqrt(A)``), ``b [N, A]`` zeros (absent with ``use_bias=False``). ``hidden`` defaults
-    to ``H``.
+    ``1/sqrt(A)``), ``b [N, A]`` filled with ``bias_init`` (default 0; absent with
+    ``use_bias=False``). ``hidden`` defaults to ``H``.
     """
 
     def __init__(
@@ -102,9 +102,12 @@ class Additive(Score):
         hidden: int | None = None,
         activation: str = "tanh",
         use_bias: bool = True,
+        bias_init: float = 0.0,
         param_dtype=jnp.float32,
         rngs: nnx.Rngs,
     ):
+        if bias_init and not use_bias:
+            raise ValueError(f"bias_init: needs use_bias=True, got bias_init={bias_init}")
         if activation not in ("tanh", "relu"):
             raise ValueError(f"activation: expected 'tanh' or 'relu', got {activation!r}")
         hidden = head_dim if hidden is None else hidden
@@ -116,7 +119,9 @@ class Additive(Score):
         self.w_q = nnx.Param(normal(head_dim**-0.5)(rngs.params(), shape, param_dtype))
         self.w_k = nnx.Param(normal(head_dim**-0.5)(rngs.params(), shape, param_dtype))
         self.v = nnx.Param(normal(hidden**-0.5)(rngs.params(), (num_heads, hidden), param_dtype))
-        self.b = nnx.Param(jnp.zeros((num_heads, hidden), param_dtype)) if use_bias else None
+        self.b = (
+            nnx.Param(jnp.full((num_heads, hidden), bias_init, param_dtype)) if use_bias else None
+        )
 
     def __call__(self) -> dict[str, Array]:
         params = {"w_q": self.w_q[...], "w_k": self.w_k[...], "v": self.v[...]}

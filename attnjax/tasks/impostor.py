@@ -6,7 +6,8 @@ The query carries a direction ``u``, uniform on the unit sphere in ``R^dim``. Am
 vector orthogonal to ``u``, and ``num_keys - 2`` distractors uniform on the unit sphere. The
 match is the only key at cosine 1 with the query, so the answer is unique (distractors reach
 cosine 1 with probability 0). With identity projections, a dot product prefers the impostor
-iff ``impostor_norm · c > 1``; cosine never does.
+iff ``impostor_norm · c > 1``; cosine never does. ``offset`` (default 0) is added to every
+coordinate of the query and key vectors: the inputs of a score are then no longer centered.
 
 Sequence ``[key_1, ..., key_n, query]``, ``T = num_keys + 1``. Float inputs
 ``[B, T, dim + 1 + num_values]``, per token ``[vector, is_query, one_hot(value)]`` (the
@@ -16,6 +17,7 @@ Classes: ``num_values``. Chance: ``1 / num_values``.
 """
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +33,7 @@ class ImpostorConfig:
     impostor_norm: float = 10.0
     impostor_cosine: float = 0.5
     num_values: int = 8
+    offset: float = 0.0
 
     def __post_init__(self):
         base.check_int(self, "dim", 2)
@@ -39,6 +42,7 @@ class ImpostorConfig:
         base.check_float(self, "impostor_cosine", -1.0, 1.0, open_low=True)
         base.check_that(self, "impostor_cosine", self.impostor_cosine < 1, "< 1")
         base.check_int(self, "num_values", 2)
+        base.check_float(self, "offset", -math.inf)
 
     @property
     def spec(self) -> base.TaskSpec:
@@ -70,6 +74,7 @@ def generate(key: PRNGKeyArray, batch_size: int, config: ImpostorConfig) -> base
         return u, keys[perm], values, values[jnp.argmin(perm)]
 
     query, keys, values, target = base.split_examples(example, key, batch_size)
+    query, keys = query + config.offset, keys + config.offset
     key_tokens = jnp.concatenate(
         [keys, jnp.zeros((batch_size, n, 1)), jax.nn.one_hot(values, v)], axis=-1
     )

@@ -1,5 +1,7 @@
 import dataclasses
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from attnjax.experiment import (
@@ -10,6 +12,7 @@ from attnjax.experiment import (
     parse_value,
     with_overrides,
 )
+from attnjax.experiment.trainer import optimizer
 
 
 def test_model_io_fields_are_derived_from_the_task(smoke_config):
@@ -63,3 +66,15 @@ def test_set_values_are_literals_never_code():
     assert parse_value("None") is None
     assert parse_value("additive") == "additive"
     assert parse_value("__import__('os').getcwd()") == "__import__('os').getcwd()"
+
+
+def test_sgd_steps_along_the_negative_gradient_and_adamw_stays_the_default():
+    params, grads = {"w": jnp.array([1.0, -2.0])}, {"w": jnp.array([0.5, 4.0])}
+    sgd = optimizer(OptimConfig(optimizer="sgd", weight_decay=0.1), steps=10)
+    updates, _ = sgd.update(grads, sgd.init(params), params)
+    np.testing.assert_allclose(updates["w"], -(grads["w"] + 0.1 * params["w"]), rtol=1e-6)
+    adam = optimizer(OptimConfig(), steps=10)
+    updates, _ = adam.update(grads, adam.init(params), params)
+    np.testing.assert_allclose(updates["w"], -jnp.sign(grads["w"]), rtol=1e-3)  # first step
+    with pytest.raises(ValueError, match="optimizer"):
+        OptimConfig(optimizer="lion")

@@ -3,8 +3,9 @@ each rule can come out supported, refuted and inconclusive, and judges every par
 
 import math
 import pathlib
+from types import SimpleNamespace
 
-from attnjax.experiment import Stats, Summary, load_file
+from attnjax.experiment import Stats, Summary, grid, load_file, with_overrides
 
 ROOT = pathlib.Path(__file__).parents[2]
 
@@ -54,3 +55,76 @@ def test_min_of_keys_needs_the_control_to_refute_two_heads():
     assert verdict(low, high) == "refuted"
     assert verdict(low, low) == "inconclusive"  # nothing learned it: no conclusion
     assert verdict(high, high, one_head=high) == "refuted"
+
+
+def test_dk_scaling_rule_judges_every_score_under_every_optimizer():
+    module = _load("dk_scaling")
+    optimizers, dims = ("adamw", "sgd"), module.TRAIN_DIMS
+    axes = {
+        "optim.optimizer": optimizers,
+        "model.score": module.TRAIN_SCORES,
+        "model.head_dim": dims,
+    }
+    experiment = SimpleNamespace(points=grid(**axes))
+    low, high, ratio = [0.01] * 5, [1.0, 1.1, 0.9, 1.0, 1.05], {h: 1.0 for h in dims}
+
+    def verdict(at_largest_h, init_ratio=ratio):
+        """Every point's seeds at ``low`` loss but ``{(optimizer, score): seeds}`` at the
+        largest H."""
+        values = [({"optim.optimizer": o, "model.score": s, "model.head_dim": dims[-1]}, v)
+                  for (o, s), v in at_largest_h.items()]  # fmt: skip
+        return module.verdict(_summary(experiment, values, low), init_ratio)[0]
+
+    dot = {(o, "dot"): high for o in optimizers}
+    assert verdict(dot) == "supported"
+    assert verdict(dot | {("sgd", "additive"): high}) == "refuted"  # additive is judged
+    assert verdict(dot | {("adamw", "scaled_dot"): high}) == "refuted"  # scaling is judged
+    assert verdict({("sgd", "dot"): high}) == "refuted"  # each optimizer is judged
+    bimodal = [0.01, 2.0, 0.01, 2.0, 0.01]
+    assert verdict(dot | {("adamw", "dot"): bimodal}) == "inconclusive"  # interval spans 0
+    assert verdict(dot, ratio | {dims[-1]: 0.1}) == "inconclusive"  # no Var ≈ H at init
+
+
+def test_dk_scaling_measures_unscaled_logit_variance_near_h():
+    module = _load("dk_scaling")
+    base = load_file(ROOT / "configs" / "dk_scaling.py").get_config("smoke")
+    for score, expected in [("dot", 64), ("scaled_dot", 1)]:
+        config = with_overrides(base, {"model.score": score, "model.head_dim": 64})
+        assert 0.67 < module.model_init_variance(config) / expected < 1.5
+
+
+def test_mqa_ordering_judges_mqa_gqa_and_the_training_controls():
+    module = _load("mqa_ordering")
+    exp = module.get_experiment(smoke=True)
+    low, high = [0.76] * 5, [1.0] * 5
+
+    def verdict(**points):
+        values = [(getattr(module, k), v) for k, v in points.items()]
+        return exp.verdict(_summary(exp, values, high))[0]
+
+    assert verdict(MQA=low) == "supported"
+    assert verdict(MQA=[0.95] * 5) == "refuted"  # MQA realizes both orders
+    assert verdict(MQA=low, GQA=low) == "refuted"  # key groups do not help
+    assert verdict(MQA=low, GQA=[0.85] * 5) == "inconclusive"  # above MQA, short of solved
+    assert verdict(MQA=low, GQA=low, CONTROL=low) == "inconclusive"  # training not shown
+    assert verdict(MHA=low, MQA=low) == "inconclusive"
+
+
+def test_mqar_judges_two_layers_one_layer_and_flatness():
+    module = _load("mqar")
+    exp = module.get_experiment(smoke=True)
+    bound = module.one_layer_bound(4, exp.base.train.eval_batch_size)
+    assert 0.25 < bound < 0.4
+    solved, chance = [1.0] * 5, [0.25] * 5
+
+    def verdict(two=None, one=None):
+        values = [({"model.layers": 2, "model.width": w}, v) for w, v in (two or {}).items()]
+        values += [({"model.layers": 1, "model.width": w}, v) for w, v in (one or {}).items()]
+        defaults = [({"model.layers": n, "model.width": w}, solved if n == 2 else chance)
+                    for n in (1, 2) for w in module.WIDTHS]  # fmt: skip
+        return exp.verdict(_summary(exp, values + defaults, solved))[0]
+
+    assert verdict() == "supported"
+    assert verdict(one={256: [0.6] * 5}) == "refuted"  # one layer beats its ceiling
+    assert verdict(two={128: [0.9] * 5}) == "refuted"  # not flat in width
+    assert verdict(two={128: [0.985] * 5}) == "inconclusive"  # just short of solved

@@ -8,7 +8,7 @@ import pytest
 from tests.experiment.conftest import check_record
 
 RECORDS = {  # claims judged, figures
-    "activation": (["S8"], ["summary.png"]),
+    "activation": (["S8"], ["summary.png", "activation.png"]),
     "dk_scaling": (["S1", "S2"], ["dk_scaling_init.png", "summary.png"]),
     "gradient_path": (["E7"], ["summary.png"]),
     "qk_norm": (["S6"], ["summary.png"]),

@@ -7,7 +7,7 @@ import pytest
 from attnjax.experiment import Experiment, Stats, Summary, grid, label, sweep
 from attnjax.experiment.report import mean_ci95
 from attnjax.experiment.storage import read_csv
-from attnjax.experiment.sweep import labels, point_stats
+from attnjax.experiment.sweep import labels, point_stats, sweep_tables
 
 
 def test_grid_is_a_cartesian_product_with_tied_fields():
@@ -110,3 +110,19 @@ def test_sweep_end_to_end_picks_best_learning_rate_and_writes_verdict(smoke_conf
     bad = dataclasses.replace(experiment, verdict=lambda s: ("maybe", ""))
     with pytest.raises(ValueError, match="verdict"):
         sweep(bad, tmp_path, num_seeds=2)
+
+
+def test_learning_rates_may_be_a_grid_per_point(smoke_config):
+    points = grid(**{"optim.optimizer": ["adamw", "sgd"]})
+    per_point = {"adamw": (1e-3, 1e-2), "sgd": (0.1,)}
+    experiment = Experiment(
+        name="x", claim_id="X1", claim="-", base=smoke_config, points=points, metric="accuracy",
+        verdict=lambda s: ("inconclusive", "-"),
+        learning_rates=lambda p: per_point[p["optim.optimizer"]],
+    )  # fmt: skip
+    assert [experiment.rates(p) for p in points] == [(1e-3, 1e-2), (0.1,)]
+    shared = dataclasses.replace(experiment, learning_rates=(1e-3,))
+    assert [shared.rates(p) for p in points] == [(1e-3,), (1e-3,)]
+    stats = [Stats(0.9, 0.0, (0.9,), lr, 1, ((lr, 0.9, 0.9),)) for lr in (1e-3, 0.1)]
+    tables = sweep_tables(experiment, Summary(list(zip(points, stats, strict=True))))
+    assert "best learning rate of its grid" in tables and "lr 0.1" in tables

@@ -98,6 +98,9 @@ def test_config_score_fields_reach_the_score_modules():
     score = ann.build(config, nnx.Rngs(0)).encoder.blocks[0].attention.score
     assert score.name == "additive_relu" and score().keys() == {"w_q", "w_k", "v"}
     assert score.v.shape == (2, 3)
+    config = dataclasses.replace(BASE, score="additive", score_bias_init=0.5)
+    score = ann.build(config, nnx.Rngs(0)).encoder.blocks[0].attention.score
+    np.testing.assert_array_equal(score()["b"], np.full((2, 8), 0.5))
     config = dataclasses.replace(BASE, learnable_scale=True)
     assert ann.build(config, nnx.Rngs(0)).encoder.blocks[0].attention.score().keys() == {"scale"}
 
@@ -113,6 +116,11 @@ def test_config_score_fields_reach_the_score_modules():
         ({"mlp": 1}, TypeError, "mlp: expected bool"),
         ({"embedding": "linear", "in_features": None}, ValueError, "in_features: required"),
         ({"score": "cosine", "score_hidden": 4}, ValueError, "score_hidden"),
+        (
+            {"score": "additive", "score_bias": False, "score_bias_init": 1.0},
+            ValueError,
+            "score_bias_init",
+        ),
         ({"positional": "alibi"}, ValueError, "positional"),
         ({"dtype": "float64"}, ValueError, "dtype"),
         ({"kind": "rnn", "dropout": 0.1}, ValueError, "dropout: only the transformer"),
@@ -189,3 +197,25 @@ def test_shifted_matmul_conv_matches_lax_convolution_and_its_gradients(dilation)
             ann.shifted_matmul_conv(
                 x, kernel, strides, "VALID", rhs_dilation=(1,), dimension_numbers=layout
             )
+
+
+def test_head_dim_is_set_apart_from_width_and_lecun_init_gives_unit_variance_q():
+    default = ann.build(BASE, nnx.Rngs(0)).encoder.blocks[0].attention
+    assert default.head_dim == BASE.width // BASE.heads
+    x = jax.random.normal(jax.random.key(3), (512, 64))
+    variances = {}
+    for init in ("xavier", "lecun"):
+        config = dataclasses.replace(BASE, width=64, heads=3, head_dim=256, attention_init=init)
+        model = ann.build(config, nnx.Rngs(0))
+        attention = model.encoder.blocks[0].attention
+        assert attention.query.kernel.shape == (64, 3, 256) and attention.head_dim == 256
+        assert model({"inputs": TOKENS}).shape == (B, T, C)
+        variances[init] = float(jnp.var(attention.query(x)))
+    assert 0.9 < variances["lecun"] < 1.1  # variance 1/fan_in: unit-variance q whatever H
+    assert variances["xavier"] < 0.2  # 2 / (fan_in + fan_out) shrinks q as H grows
+    for values, match in [
+        ({"head_dim": 0}, "head_dim"),
+        ({"attention_init": "he"}, "attention_init"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            dataclasses.replace(BASE, **values)

@@ -79,3 +79,11 @@ def test_bad_names_and_options_are_named():
         ann.make_score("cosine", N, H, options={"hidden": 3}, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="init_scale"):
         ann.make_score("scaled_dot", N, H, options={"init_scale": 1.0}, rngs=nnx.Rngs(0))
+
+
+def test_additive_bias_init_fills_the_bias():
+    module = ann.make_score("additive_relu", N, H, options={"bias_init": 1.0}, rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(module()["b"], np.ones((N, H)))
+    with pytest.raises(ValueError, match="bias_init"):
+        ann.make_score("additive", N, H, options={"use_bias": False, "bias_init": 1.0},
+                       rngs=nnx.Rngs(0))  # fmt: skip

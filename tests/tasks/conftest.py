@@ -13,7 +13,7 @@ SMALL = {
     "min_of_keys": dict(num_keys=5, num_values=4),
     "copy": dict(length=3, distance=5, num_symbols=4),
     "impostor": dict(dim=4, num_keys=5, num_values=4),
-    "head_ordering": dict(),
+    "head_ordering": dict(num_items=5, num_orders=3, num_present=3, num_values=3),
     "mqar": dict(vocab_size=16, seq_len=16, num_pairs=3, power_a=0.5),
     "markov": dict(vocab_size=6, order=2, num_successors=3, seq_len=16),
 }

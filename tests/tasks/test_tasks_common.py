@@ -105,10 +105,10 @@ BAD_CONFIGS = [
     ("impostor", "impostor_norm", 0.0),
     ("impostor", "impostor_cosine", 1.0),
     ("impostor", "impostor_norm", float("nan")),
-    ("head_ordering", "orders", ((0, 1, 2), (0, 1, 1))),
-    ("head_ordering", "orders", ((0, 1), (1, 0))),
-    ("head_ordering", "orders", ()),
-    ("head_ordering", "num_present", 3),
+    ("head_ordering", "num_items", 2),
+    ("head_ordering", "num_orders", 0),
+    ("head_ordering", "num_present", 16),  # must be below num_items (16)
+    ("head_ordering", "num_present", 8),  # C(16, 8) * 4**8 cases to enumerate
     ("head_ordering", "num_values", 0),
     ("mqar", "seq_len", 63),
     ("mqar", "num_pairs", 17),  # 4 * 17 > seq_len 64
@@ -129,8 +129,8 @@ def test_configs_reject_bad_values(name, field, value):
 
 
 def test_configs_are_frozen_and_hashable():
-    config = tasks.get("head_ordering").config(orders=[[0, 2, 1], [1, 0, 2]])
-    assert config == tasks.get("head_ordering").config()
-    assert hash(config) == hash(tasks.get("head_ordering").config())
+    config = tasks.get("head_ordering").config(num_items=5)
+    assert config == tasks.get("head_ordering").config(num_items=5)
+    assert hash(config) == hash(tasks.get("head_ordering").config(num_items=5))
     with pytest.raises(AttributeError):
         config.num_values = 3

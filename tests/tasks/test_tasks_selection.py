@@ -63,26 +63,55 @@ def test_impostor_target_is_the_exact_match(small):
 
 def test_head_ordering_target_is_each_orders_top_value(small):
     config, batch = small("head_ordering")
-    m, v = config.num_items, config.num_values
+    m, n, v = config.num_items, config.num_present, config.num_values
     subsets = set()
     for inputs, targets in zip(batch["inputs"], batch["targets"], strict=True):
-        assert inputs[-1] == m * v
-        items = [int(t) // v for t in inputs[:-1]]
-        values = {int(t) // v: int(t) % v for t in inputs[:-1]}
-        assert len(set(items)) == config.num_present
+        assert inputs[-1].tolist() == [0] * (m + v) + [1] and np.all(inputs[:n, -1] == 0)
+        items = _one_hot_values(inputs[:n, :m]).tolist()
+        values = dict(zip(items, _one_hot_values(inputs[:n, m : m + v]).tolist(), strict=True))
+        assert len(values) == n
         target = 0
         for order in config.orders:
             top = next(i for i in order if i in values)
             target = target * v + values[top]
         assert targets[-1] == target
         subsets.add(frozenset(items))
-    assert subsets == {frozenset(s) for s in itertools.combinations(range(m), config.num_present)}
+    assert subsets == {frozenset(s) for s in itertools.combinations(range(m), n)}
 
 
-def test_head_ordering_chance_by_enumeration():
+def test_head_ordering_orders_are_fixed_permutations():
     from attnjax.tasks.head_ordering import HeadOrderingConfig
 
-    # Subsets {0,1}, {1,2}: two distinct tops (1/16); {0,2}: one shared top (1/4).
-    assert HeadOrderingConfig().spec.chance_accuracy == (2 / 16 + 1 / 4) / 3
-    reverse = HeadOrderingConfig(orders=((0, 1, 2), (2, 1, 0)), num_values=3)
-    assert reverse.spec.chance_accuracy == 1 / 9  # tops of an order and its reverse never meet
+    four = HeadOrderingConfig(num_items=16, num_orders=4).orders
+    assert four[0] == tuple(range(16)) and len(set(four)) == 4
+    assert all(sorted(order) == list(range(16)) for order in four)
+    assert HeadOrderingConfig(num_items=16, num_orders=2).orders == four[:2]
+    # E5's second order, pinned: a change of numpy's permutation stream must not go unnoticed.
+    assert four[1] == (2, 11, 3, 10, 0, 4, 7, 5, 14, 12, 6, 9, 13, 8, 1, 15)
+    # On 3 items: 0≻1≻2 and 2≻0≻1, the claim's 1≻3≻2 and 2≻1≻3 with items 1, 3, 2 renamed 0, 1, 2.
+    assert HeadOrderingConfig(num_items=3).orders == ((0, 1, 2), (2, 0, 1))
+
+
+def test_head_ordering_chance_and_bag_ceiling_by_hand():
+    from attnjax.tasks.head_ordering import HeadOrderingConfig
+
+    # Pairs {0,1}: one shared top (1/2); {0,2}, {1,2}: two distinct tops (1/4).
+    spec = HeadOrderingConfig(num_items=3, num_values=2).spec
+    assert spec.chance_accuracy == (1 / 2 + 1 / 4 + 1 / 4) / 3
+    # A pair's bag fixes the target when its two values are equal, else leaves two assignments.
+    for v in (2, 4):
+        spec = HeadOrderingConfig(num_items=6, num_values=v).spec
+        assert spec.baselines["bag"] == 1 / v + (1 - 1 / v) / 2
+    spec = HeadOrderingConfig(num_items=5, num_present=3, num_values=3).spec
+    assert spec.chance_accuracy < spec.baselines["bag"] < 1
+
+
+def test_impostor_offset_shifts_the_vectors_only(small):
+    config, batch = small("impostor")
+    _, shifted = small("impostor", offset=2.5)
+    d = config.dim
+    np.testing.assert_allclose(
+        shifted["inputs"][..., :d], batch["inputs"][..., :d] + 2.5, atol=1e-5
+    )
+    np.testing.assert_array_equal(shifted["inputs"][..., d:], batch["inputs"][..., d:])
+    np.testing.assert_array_equal(shifted["targets"], batch["targets"])
