@@ -79,7 +79,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         stats = seed_stats(maps)
         per_seed.append(stats)
         rows.append({"point": "trained", "seed": seed, **stats})
-        example = example or np.asarray(maps[-1][0])
+        example = np.asarray(maps[-1][0]) if example is None else example
     names = list(per_seed[0])
     summary = {n: mean_ci95([s[n] for s in per_seed]) for n in names}
     table = markdown_table(["measure", f"mean ± 95% interval over {seeds} seeds"],
