@@ -22,6 +22,7 @@ from attnjax.experiment import (
     OptimConfig,
     Summary,
     TrainConfig,
+    combine,
     label,
     load_run,
     record,
@@ -127,7 +128,7 @@ def verdict(summary: Summary, init: dict, trained: dict) -> tuple[str, str]:
         return stats[point_key(point)][name]
 
     def part(holds: bool, contradicted: bool) -> str:
-        return "contradicted" if contradicted else "holds" if holds else "unclear"
+        return "refuted" if contradicted else "supported" if holds else "inconclusive"
 
     none, bias = summary[TANH_NONE], summary[TANH_BIAS]
     entropy0 = stat(init, TANH_NONE, "entropy / log S")
@@ -157,9 +158,7 @@ def verdict(summary: Summary, init: dict, trained: dict) -> tuple[str, str]:
         + "; ".join(f"{k}: {v}" for k, v in parts.items())
         + "."
     )
-    if "contradicted" in parts.values():
-        return "refuted", reason
-    return ("supported" if all(v == "holds" for v in parts.values()) else "inconclusive"), reason
+    return combine(parts.values()), reason
 
 
 def analyze(out: Path, smoke: bool) -> record.Analysis:
@@ -167,8 +166,8 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     not apply), each point at its best rate on validation accuracy; measure
     :func:`hidden_stats` on each seed's test batch at initialization and after training.
 
-    Verdict rule (declared before the full run; S = 8 keys). Each part *holds*, is
-    *contradicted* or is *unclear* (neither):
+    Verdict rule (declared before the full run; S = 8 keys). Each part *holds* (supported), is
+    *contradicted* (refuted) or is *unclear* (inconclusive):
     (a) centred inputs, tanh: holds iff without a bias the init entropy / log S ≥ ``UNIFORM``
     and the learnable bias's test-accuracy interval lies above the no-bias one; contradicted
     iff that entropy < ``NOT_UNIFORM`` or the bias's mean accuracy ≤ the no-bias mean.

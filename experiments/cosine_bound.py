@@ -13,7 +13,15 @@ import numpy as np
 
 from attnjax import analysis
 from attnjax.analysis import pruning
-from attnjax.experiment import Experiment, load_file, load_run, record, sweep, with_overrides
+from attnjax.experiment import (
+    Experiment,
+    combine,
+    load_file,
+    load_run,
+    record,
+    sweep,
+    with_overrides,
+)
 from attnjax.experiment.report import fmt, markdown_table, mean_ci95, new_figure, save_figure
 from attnjax.experiment.trainer import get_trainer
 from attnjax.nn.scores import qknorm_scale
@@ -94,13 +102,10 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     if fixed_max > bound * (1 + 1e-4):
         first = "refuted"
     else:
-        first = "holds" if fixed.upper < learnable.lower else "unclear"
-    second = ("holds" if learn_top - learn_half > bound
-              else "refuted" if learn_top + learn_half <= bound else "unclear")  # fmt: skip
-    if "refuted" in (first, second):
-        verdict = "refuted"
-    else:
-        verdict = "supported" if first == second == "holds" else "inconclusive"
+        first = "supported" if fixed.upper < learnable.lower else "inconclusive"
+    second = ("supported" if learn_top - learn_half > bound
+              else "refuted" if learn_top + learn_half <= bound else "inconclusive")  # fmt: skip
+    verdict = combine((first, second))
     reason = (
         f"bound for g = 1, n = {KEYS}: {bound:.4f}; (1) g = 1: largest top weight {fixed_max:.4f}, "
         f"accuracy {fixed.mean:.3f} vs learnable {learnable.mean:.3f} ({first}); (2) learnable "

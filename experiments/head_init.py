@@ -14,7 +14,7 @@ from flax import nnx
 from scipy import stats
 
 from attnjax import nn
-from attnjax.experiment import record
+from attnjax.experiment import combine, record
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 
 WIDTH, TOKENS = 64, 16
@@ -98,10 +98,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         "norm": _judge([curves["scaled_dot", h][0] for h in several]),
         "variance": _judge([curves["scaled_dot", h][1] for h in several]),
     }
-    if "refuted" in parts.values():
-        verdict = "refuted"
-    else:
-        verdict = "supported" if set(parts.values()) == {"supported"} else "inconclusive"
+    verdict = combine(parts.values())
     norm_range = [curves["scaled_dot", h][0][0] for h in several]
     var_range = [curves["scaled_dot", h][1][0] for h in several]
     dot_range = [curves["dot", h][0][0] for h in several]

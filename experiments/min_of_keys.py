@@ -9,7 +9,7 @@ layers, the first layer's MLP acting on each key token."""
 
 from pathlib import Path
 
-from attnjax.experiment import Experiment, Summary, grid, load_file
+from attnjax.experiment import Experiment, Summary, combine, grid, load_file
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "min_of_keys.py"
 MLP = [False, True]
@@ -48,9 +48,7 @@ def verdict(summary: Summary, limit: float, ceiling: float) -> tuple[str, str]:
         f"control, 2 layers + MLP: {control.mean:.3f} ± {control.half_width:.3f}; "
         f"1 additive head {summary[ADDITIVE].mean:.3f}."
     )
-    if "refuted" in (first, second):
-        return "refuted", detail
-    return ("supported" if first == second == "supported" else "inconclusive"), detail
+    return combine((first, second)), detail
 
 
 def get_experiment(smoke: bool = False) -> Experiment:

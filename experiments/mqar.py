@@ -8,7 +8,7 @@ vocabulary 64 (Zoology 8192; CLAIMS 256), length 32 (64), 4 pairs, widths 64-256
 import math
 from pathlib import Path
 
-from attnjax.experiment import Experiment, Summary, grid, load_file
+from attnjax.experiment import Experiment, Summary, combine, grid, load_file
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "mqar.py"
 WIDTHS = [64, 128, 256]
@@ -53,9 +53,7 @@ def verdict(summary: Summary, bound: float) -> tuple[str, str]:
         + "; ".join(f"{k}: {v}" for k, v in parts.items())
         + "."
     )
-    if "refuted" in parts.values():
-        return "refuted", detail
-    return ("supported" if set(parts.values()) == {"supported"} else "inconclusive"), detail
+    return combine(parts.values()), detail
 
 
 def get_experiment(smoke: bool = False) -> Experiment:

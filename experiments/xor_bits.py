@@ -7,7 +7,7 @@ head solve it. Every run is evaluated on the four inputs once each, so accuracy 
 from pathlib import Path
 
 from attnjax import tasks
-from attnjax.experiment import Experiment, Stats, Summary, load_file
+from attnjax.experiment import Experiment, Stats, Summary, combine, load_file
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "xor_bits.py"
 SOLVED = 1.0  # all four inputs right
@@ -50,12 +50,7 @@ def verdict(summary: Summary) -> tuple[str, str]:
                      f"seeds above the cap {cap:.2f} ({first})")]  # fmt: skip
     others = {"2 heads": TWO_HEADS, "1 head + MLP": WITH_MLP, "1 head + LayerNorm": WITH_LAYERNORM}
     parts += [_can(name, summary[point]) for name, point in others.items()]
-    verdicts = [v for v, _ in parts]
-    if "refuted" in verdicts:
-        overall = "refuted"
-    else:
-        overall = "supported" if set(verdicts) == {"supported"} else "inconclusive"
-    return overall, "; ".join(text for _, text in parts) + "."
+    return combine(v for v, _ in parts), "; ".join(text for _, text in parts) + "."
 
 
 def get_experiment(smoke: bool = False) -> Experiment:

@@ -14,7 +14,16 @@ from attnjax.experiment.config import (
 )
 from attnjax.experiment.record import Analysis
 from attnjax.experiment.run import load_run, train_and_evaluate
-from attnjax.experiment.sweep import Experiment, Outcome, Stats, Summary, grid, label, sweep
+from attnjax.experiment.sweep import (
+    Experiment,
+    Outcome,
+    Stats,
+    Summary,
+    combine,
+    grid,
+    label,
+    sweep,
+)
 from attnjax.experiment.trainer import Runs, Trainer
 
 
@@ -40,6 +49,7 @@ __all__ = [
     "Summary",
     "TrainConfig",
     "Trainer",
+    "combine",
     "from_dict",
     "grid",
     "label",

@@ -15,7 +15,7 @@ import functools
 import itertools
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -62,6 +62,15 @@ class Stats(NamedTuple):
         """How many seeds reach ``threshold`` (≥; a metric where higher is better). Bimodal
         outcomes are reported as ``k`` of ``n``."""
         return sum(v >= threshold for v in self.values)
+
+
+def combine(parts: Iterable[str]) -> str:
+    """A claim's verdict from the verdicts of its parts: *refuted* if any part is, *supported*
+    if every part is, else *inconclusive*."""
+    parts = list(parts)
+    if "refuted" in parts:
+        return "refuted"
+    return "supported" if all(p == "supported" for p in parts) else "inconclusive"
 
 
 def point_key(point: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -33,6 +33,14 @@ def run_smoke(tmp_path, capsys):
     return run
 
 
+def check_smoke(run_smoke, name: str, claims: list[str], figures: list[str]) -> None:
+    """``attnjax sweep experiments/<name>.py --smoke`` prints a verdict line per claim and
+    writes the record (:func:`check_record`)."""
+    printed, out = run_smoke(name)
+    check_record(out, claims, figures)
+    assert all(f"verdict {c.lower()}: " in printed for c in claims)
+
+
 def check_record(out: pathlib.Path, claims: list[str], figures: list[str]) -> None:
     """``out`` holds an experiment's record: ``report.md`` opening with one verdict line per
     claim, ``results.csv`` with ``point`` and ``seed`` columns, ``env.json`` with the command,

@@ -3,7 +3,7 @@
 
 import pytest
 
-from tests.experiment.conftest import check_record
+from tests.experiment.conftest import check_smoke
 
 RECORDS = {  # claims judged, figures
     "head_init": (["M3"], ["summary.png"]),
@@ -16,10 +16,7 @@ RECORDS = {  # claims judged, figures
 
 @pytest.mark.parametrize("name", sorted(RECORDS))
 def test_smoke_end_to_end(name, run_smoke):
-    printed, out = run_smoke(name)
-    claims, figures = RECORDS[name]
-    check_record(out, claims, figures)
-    assert all(f"verdict {c.lower()}: " in printed for c in claims)
+    check_smoke(run_smoke, name, *RECORDS[name])
 
 
 def test_head_contributions_sum_to_the_layer_output():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnjax.experiment import load_file
-from tests.experiment.conftest import EXPERIMENTS, check_record
+from tests.experiment.conftest import EXPERIMENTS, check_smoke
 
 RECORDS = {
     "cosine_bound": (["S4"], ["summary.png"]),
@@ -17,10 +17,7 @@ RECORDS = {
 
 @pytest.mark.parametrize("name", sorted(RECORDS))
 def test_smoke_end_to_end(name, run_smoke):
-    printed, out = run_smoke(name)
-    claims, figures = RECORDS[name]
-    check_record(out, claims, figures)
-    assert all(f"verdict {c.lower()}: " in printed for c in claims)
+    check_smoke(run_smoke, name, *RECORDS[name])
 
 
 def test_spike_and_collapse_steps():

@@ -5,7 +5,7 @@ two test workers (``--dist loadfile``) share the load."""
 
 import pytest
 
-from tests.experiment.conftest import check_record
+from tests.experiment.conftest import check_smoke
 
 RECORDS = {  # claims judged, figures
     "activation": (["S8"], ["summary.png", "activation.png"]),
@@ -18,7 +18,4 @@ RECORDS = {  # claims judged, figures
 
 @pytest.mark.parametrize("name", sorted(RECORDS))
 def test_smoke_end_to_end(name, run_smoke):
-    printed, out = run_smoke(name)
-    claims, figures = RECORDS[name]
-    check_record(out, claims, figures)
-    assert all(f"verdict {c.lower()}: " in printed for c in claims)
+    check_smoke(run_smoke, name, *RECORDS[name])
