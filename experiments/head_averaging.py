@@ -79,7 +79,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         stats = seed_stats(maps)
         per_seed.append(stats)
         rows.append({"point": "trained", "seed": seed, **stats})
-        example = np.asarray(maps[-1][0]) if example is None else example
+        example = np.asarray(maps[-1]) if example is None else example
     names = list(per_seed[0])
     summary = {n: mean_ci95([s[n] for s in per_seed]) for n in names}
     table = markdown_table(["measure", f"mean ± 95% interval over {seeds} seeds"],
@@ -103,17 +103,20 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
 
 
 def _plot(weights: np.ndarray, path: Path) -> None:
-    """The last layer's heads and their average at the last query row of one example."""
-    t = weights.shape[1] - 1
-    sharp = weights[:, t].max(-1) >= SHARP
+    """One query row of the last layer ``weights [B, N, T, S]``: the first row (from the end of
+    the first example on) with two or more sharp heads, its sharp heads and their average."""
+    sharp = weights.max(-1) >= SHARP  # [B, N, T]
+    rows = np.argwhere(sharp.sum(1) >= 2)
+    b, t = rows[np.lexsort((-rows[:, 1], rows[:, 0]))][0] if len(rows) else (0, -1)
     fig, ax = new_figure(figsize=(8, 3.6))
     keys = np.arange(weights.shape[-1])
-    for n in np.flatnonzero(sharp):
-        ax.plot(keys, weights[n, t], "o-", ms=3, alpha=0.6, label=f"head {n} (sharp)")
-    if sharp.any():
-        ax.bar(keys, weights[sharp, t].mean(0), color="k", alpha=0.25, label="their average")
+    for n in np.flatnonzero(sharp[b, :, t]):
+        ax.plot(keys, weights[b, n, t], "o-", ms=3, alpha=0.7, label=f"head {n} (sharp)")
+    if sharp[b, :, t].any():
+        ax.bar(keys, weights[b, sharp[b, :, t], t].mean(0), color="k", alpha=0.25,
+               label="their average")  # fmt: skip
     ax.set_xlabel("key position")
     ax.set_ylabel("attention weight")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    save_figure(fig, path, "sharp heads and their average (last layer, last query row)")
+    save_figure(fig, path, f"sharp heads and their average (last layer, example {b}, row {t})")
