@@ -194,12 +194,12 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     for point, folder in zip(POINTS, outcome.folders, strict=True):
         config = with_overrides(base, point)
         batches = [get_trainer(config).eval_batch(s, "test") for s in seed_range]
-        lr_index = LEARNING_RATES.index(summary[point].learning_rate)
+        lr = summary[point].learning_rate
         per_seed = {
             "init": [hidden_stats(nn.build(config.model, nnx.Rngs(jax.random.fold_in(
                 jax.random.key(s), INIT))), b) for s, b in zip(seed_range, batches, strict=True)],
-            "trained": [hidden_stats(load_run(folder, lr_index * seeds + r)[1], b)
-                        for r, b in enumerate(batches)],
+            "trained": [hidden_stats(load_run(folder, (s, lr))[1], b)
+                        for s, b in zip(seed_range, batches, strict=True)],
         }  # fmt: skip
         for when, stats in (("init", init), ("trained", trained)):
             stats[point_key(point)] = {k: float(np.mean([s[k] for s in per_seed[when]]))

@@ -50,10 +50,10 @@ def points(length: int) -> dict[str, dict]:
     }
 
 
-def query_top_weights(folder: Path, run: int, seed: int) -> np.ndarray:
+def query_top_weights(folder: Path, seed: int, learning_rate: float) -> np.ndarray:
     """The largest attention weight of the query (last) row of every test example ``[B]`` for
-    run ``run`` of a point's folder."""
-    config, model, _ = load_run(folder, run)
+    the run of ``seed`` at ``learning_rate`` in a point's folder."""
+    config, model, _ = load_run(folder, (seed, learning_rate))
     maps = pruning.attention_maps(model, get_trainer(config).eval_batch(seed, "test"))
     return np.asarray(jnp.max(maps[0][:, 0, -1, :], axis=-1))
 
@@ -85,8 +85,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     rows, table, top = [], [], {}
     for (name, point), folder in zip(named.items(), outcome.folders, strict=True):
         stats = outcome.summary[point]
-        lr_index = sorted(exp.learning_rates).index(stats.learning_rate)
-        weights = [query_top_weights(folder, lr_index * seeds + i, base.train.seed + i)
+        weights = [query_top_weights(folder, base.train.seed + i, stats.learning_rate)
                    for i in range(seeds)]  # fmt: skip
         top[name] = (mean_ci95([w.mean() for w in weights]), max(w.max() for w in weights))
         for i, (w, acc) in enumerate(zip(weights, stats.values, strict=True)):

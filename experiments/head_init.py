@@ -83,7 +83,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
             one = (1.0, 1.0, 1.0)
             norm = _ratio_ci(total, base_total, paired=False) if h > 1 else one
             corr = _ratio_ci(total, separate, paired=True) if h > 1 else one
-            sigma2 = float(h**2 * separate.mean() / h)  # mean variance of u_i = h c_i
+            sigma2 = float(h * separate.mean())  # mean over i of E‖u_i‖², u_i = h c_i
             curves[score, h] = (norm, corr, float(total.mean()), sigma2)
             rows.append({"point": f"{score} h={h}", "seed": 0, "score": score, "heads": h,
                          "output_mean_square": float(total.mean()), "norm_ratio": norm[0],

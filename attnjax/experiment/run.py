@@ -115,14 +115,16 @@ def _results(
 
 
 def load_run(
-    workdir: str | Path, run: int = 0
+    workdir: str | Path, run: int | tuple[int, float] = 0
 ) -> tuple[ExperimentConfig, nnx.Module, list[dict[str, Any]]]:
     """``(config, model, metrics)`` of a finished run folder; ``model`` is run ``run`` (an index
-    into ``config.json``'s seeds × learning rates) with its final parameters."""
+    into ``config.json``'s seeds × learning rates, or a ``(seed, learning_rate)`` pair) with
+    its final parameters."""
     workdir = Path(workdir)
     record = storage.read_json(workdir / "config.json")
     config = from_dict(record["config"])
     runs = Runs(tuple(record["seeds"]), tuple(record["learning_rates"]))
+    run = runs.index(*run) if isinstance(run, tuple) else run
     trainer = get_trainer(config)
     template, _ = trainer.init(runs)
     checkpoints = storage.Checkpoints(workdir / "checkpoints")

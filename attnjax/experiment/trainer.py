@@ -55,6 +55,13 @@ class Runs:
     def __len__(self) -> int:
         return len(self.seeds)
 
+    def index(self, seed: int, learning_rate: float) -> int:
+        """The position of the run of ``seed`` at ``learning_rate``."""
+        pairs = list(zip(self.seeds, self.learning_rates, strict=True))
+        if (seed, learning_rate) not in pairs:
+            raise ValueError(f"no run of seed {seed} at learning rate {learning_rate:g}: {pairs}")
+        return pairs.index((seed, learning_rate))
+
 
 def optimizer(optim: OptimConfig, steps: int) -> optax.GradientTransformation:
     """AdamW (or SGD) *without* the learning rate, which each run multiplies in itself: the

@@ -11,7 +11,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import PRNGKeyArray
+from jaxtyping import Array, PRNGKeyArray
 
 from attnjax.tasks import base
 
@@ -27,15 +27,17 @@ class XorBitsConfig:
 
 def generate(key: PRNGKeyArray, batch_size: int, config: XorBitsConfig) -> base.Batch:
     """A batch as described in the module docstring."""
-    bits = jax.random.bernoulli(key, shape=(batch_size, 2)).astype(jnp.int32)
-    inputs = jnp.concatenate([bits, jnp.full((batch_size, 1), 2, jnp.int32)], axis=1)
-    return base.one_target(inputs, bits[:, 0] ^ bits[:, 1])
+    return _batch(jax.random.bernoulli(key, shape=(batch_size, 2)).astype(jnp.int32))
 
 
 def all_examples(config: XorBitsConfig) -> base.Batch:
     """The four inputs, each once (``[4, 3]``)."""
-    bits = jnp.array([[0, 0], [0, 1], [1, 0], [1, 1]], jnp.int32)
-    inputs = jnp.concatenate([bits, jnp.full((4, 1), 2, jnp.int32)], axis=1)
+    return _batch(jnp.array([[0, 0], [0, 1], [1, 0], [1, 1]], jnp.int32))
+
+
+def _batch(bits: Array) -> base.Batch:
+    """``[b1, b2, "="]`` for ``bits [B, 2]``, the target ``b1 xor b2`` at ``"="``."""
+    inputs = jnp.concatenate([bits, jnp.full((bits.shape[0], 1), 2, jnp.int32)], axis=1)
     return base.one_target(inputs, bits[:, 0] ^ bits[:, 1])
 
 

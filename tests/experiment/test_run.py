@@ -116,6 +116,8 @@ def test_load_run_restores_a_model_that_reproduces_the_final_metric(reference_ru
     assert float(measured["accuracy"]) == rows[1]["test_accuracy"]
     np.testing.assert_allclose(float(measured["loss"]), rows[1]["test_loss"], atol=1e-6)
     assert metrics and {"seed", "step", "split", "metric", "value"} <= set(metrics[0])
+    by_pair = load_run(out, run=(1, rows[1]["learning_rate"]))[1]  # the same run, by name
+    np.testing.assert_array_equal(by_pair(batch), model(batch))
 
 
 def test_dropout_masks_follow_seed_and_step_and_evaluation_is_deterministic(dropout_config):
@@ -210,3 +212,12 @@ def test_diagnostics_and_regularizers_are_recorded(smoke_config, tmp_path):
     )
     max_entropy = np.log(smoke_config.task.spec.seq_len) + 1e-6
     assert all(0 <= e <= max_entropy for e in values["attention_entropy"])
+
+
+def test_runs_are_found_by_seed_and_learning_rate():
+    runs = Runs.grid([3, 4], [1e-3, 1e-2])
+    pairs = zip(runs.seeds, runs.learning_rates, strict=True)
+    assert [runs.index(s, lr) for s, lr in pairs] == [0, 1, 2, 3]
+    assert runs.index(4, 1e-3) == 1
+    with pytest.raises(ValueError, match="no run of seed 5"):
+        runs.index(5, 1e-3)
