@@ -1,119 +1,139 @@
 """The chunked XLA implementation: an online softmax over tiles, O(T) memory forward and backward.
 
 The forward pass visits each query block's key blocks with a running maximum, running sum and
-rescaled accumulator (FlashAttention); tiles the causal/window rules mask entirely are skipped.
-A ``jax.custom_vjp`` recomputes each tile's logits in the backward pass (FlashAttention-2), so
-nothing of size ``[T, S]`` is ever stored. The logits of a tile come from the same ``score``
-callable the dense path uses, differentiated with ``jax.vjp``: every score works, with
-gradients for ``score_params``, ``bias`` and ``temperature``.
+rescaled accumulator (FlashAttention). Which tiles are visited comes from their kinds
+(:meth:`attnjax.masks.MaskSpec.classify` and the block mask): empty tiles are skipped, full
+ones run without evaluating the rules or ``mask_mod``. A ``jax.custom_vjp`` recomputes each
+tile's logits in the backward pass (FlashAttention-2), so nothing of size ``[T, S]`` is ever
+stored. A tile's logits come from :meth:`attnjax.call.AttentionCall.logits`, differentiated
+with ``jax.vjp``: every score and ``score_mod`` works, with gradients for ``score_params``,
+``bias``, ``temperature`` and the float leaves of ``mod_params``.
 """
 
 import dataclasses
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
 
-from attnjax.dense import Score
-from attnjax.masks import MaskSpec, combine
-from attnjax.tiling import (
-    BlockSizes,
-    as_4d,
-    key_block_range,
-    online_finish,
-    online_init,
-    online_step,
-    pad_axis,
-    pad_tiles,
-    query_block_range,
-    recomputed_probs,
-    round_up,
-    tile,
-    tile_add,
-)
+from attnjax.call import AttentionCall, merge_floats, split_floats
+from attnjax.masks import EMPTY, FULL, TileKinds, combine
+from attnjax.softmax import online_finish, online_init, online_step, recomputed_probs
+from attnjax.tiling import BlockSizes, as_4d, pad_axis, pad_tiles, round_up, tile, tile_add
 
 DEFAULT_BLOCKS = BlockSizes(block_q=1024, block_k=128)
-# Additive scores hold a [B, N, block_q, block_k, A] hidden tile: keep it small.
-DEFAULT_ADDITIVE_BLOCKS = BlockSizes(block_q=128, block_k=128)
+# Scores with hidden features hold a [B, N, block_q, block_k, A] tile: keep it small.
+DEFAULT_HIDDEN_BLOCKS = BlockSizes(block_q=128, block_k=128)
 
 
 def chunked_attention(
     query: Float[Array, "B T N H"],
     key: Float[Array, "B S K H"],
     value: Float[Array, "B S K Hv"],
-    *,
-    score: Score,
-    score_params: Any,
-    score_name: str | None = None,
-    bias: Float[Array, "#B #N #T #S"] | None = None,
-    mask: Bool[Array, "#B #N #T #S"] | None = None,
-    mask_spec: MaskSpec,
-    temperature: Float[Array, "..."] | None = None,
-    block_sizes: BlockSizes | None = None,
+    call: AttentionCall,
 ) -> tuple[Float[Array, "B T N Hv"], None, Float[Array, "B N T"]]:
     """Attention on already validated inputs: ``(output, None, log-sum-exp)``.
 
-    Same arguments and results as :func:`attnjax.dense.dense_attention`, except that the
-    ``[B, N, T, S]`` weights are never formed (``None`` is returned in their place).
-    ``block_sizes`` defaults to ``DEFAULT_ADDITIVE_BLOCKS`` for additive scores and
-    ``DEFAULT_BLOCKS`` otherwise; lengths that are not multiples of it are padded inside.
+    Same contract as :func:`attnjax.dense.dense_attention`, except that the ``[B, N, T, S]``
+    weights are never formed (``None`` is returned in their place). Tiles are the block
+    mask's, else ``call.block_sizes``, else ``DEFAULT_HIDDEN_BLOCKS`` for scores with hidden
+    features and ``DEFAULT_BLOCKS`` otherwise; lengths that are not multiples of them are
+    padded inside.
     """
-    if block_sizes is None:
-        additive = score_name is not None and score_name.startswith("additive")
-        block_sizes = DEFAULT_ADDITIVE_BLOCKS if additive else DEFAULT_BLOCKS
     num_queries, num_keys = query.shape[1], key.shape[1]
+    default = DEFAULT_BLOCKS if call.score_hidden is None else DEFAULT_HIDDEN_BLOCKS
+    blocks = call.blocks(default).clamp(num_queries, num_keys)
+    spec = call.mask_spec
     config = _Config(
-        score=score,
-        blocks=block_sizes.clamp(num_queries, num_keys),
+        blocks=blocks,
         num_queries=num_queries,
         num_keys=num_keys,
+        rules=call.mask_mod is not None or spec.block(jnp.arange(1), jnp.arange(1)) is not None,
     )
-    tq, ts = round_up(num_queries, config.blocks.block_q), round_up(num_keys, config.blocks.block_k)
+    tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
     q = pad_axis(jnp.swapaxes(query, 1, 2), 2, tq)
     k = pad_axis(jnp.swapaxes(key, 1, 2), 2, ts)
     v = pad_axis(jnp.swapaxes(value, 1, 2), 2, ts)
-    params = jax.tree.map(jnp.asarray, score_params)
-    bias, temperature = (pad_tiles(as_4d(x), tq, ts, 1) for x in (bias, temperature))
-    mask = pad_tiles(as_4d(mask), tq, ts, False)
-    out, lse = _attention(config, q, k, v, params, bias, temperature, mask, mask_spec)
+    call = dataclasses.replace(
+        call,
+        bias=pad_tiles(as_4d(call.bias), tq, ts, 1),
+        temperature=pad_tiles(as_4d(call.temperature), tq, ts, 1),
+        mask=pad_tiles(as_4d(call.mask), tq, ts, False),
+    )
+    schedule = _Schedule.of(
+        call.tile_kinds((query.shape[0], query.shape[2]), num_queries, num_keys, blocks)
+    )
+    out, lse = _attention(config, q, k, v, call, schedule)
     out = jnp.swapaxes(out[:, :, :num_queries], 1, 2).astype(query.dtype)
     return out, None, lse[:, :, :num_queries]
 
 
 @dataclasses.dataclass(frozen=True)
 class _Config:
-    """The static part of one call: the score, the clamped blocks, the unpadded lengths."""
+    """The static part of one call: the clamped blocks, the unpadded lengths, and whether
+    any rule or ``mask_mod`` masks elements (else every visited tile is full)."""
 
-    score: Score
     blocks: BlockSizes
     num_queries: int
     num_keys: int
+    rules: bool
 
 
-def _tile_logits(config, q, k, params, bias, temperature):
-    """Logits ``[B, N, bq, bk]`` of one tile: ``(score + bias) / temperature`` in float32."""
-    group = q.shape[1] // k.shape[1]
-    k = jnp.repeat(k.astype(jnp.float32), group, axis=1)
-    logits = config.score(q.astype(jnp.float32), k, params).astype(jnp.float32)
-    if bias is not None:
-        logits = logits + bias
-    if temperature is not None:
-        logits = logits / temperature
-    return logits
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["key_blocks", "key_counts", "query_blocks", "query_counts", "full"],
+    meta_fields=[],
+)
+@dataclasses.dataclass(frozen=True)
+class _Schedule:
+    """The tiles to visit: per query block, its non-empty key blocks first (``key_blocks
+    [Tq, Sk]``, ``key_counts [Tq]``), the same per key block for the backward pass, and
+    ``full [Tq, Sk]``: the tile needs no rule evaluated for any (batch, head)."""
+
+    key_blocks: Int[Array, "Tq Sk"]
+    key_counts: Int[Array, " Tq"]
+    query_blocks: Int[Array, "Sk Tq"]
+    query_counts: Int[Array, " Sk"]
+    full: Bool[Array, "Tq Sk"]
+
+    @classmethod
+    def of(cls, kinds: TileKinds) -> "_Schedule":
+        """A tile is visited when any (batch, head) sees part of it."""
+        visit = jnp.max(kinds, axis=(0, 1)) > EMPTY
+        first = functools.partial(jnp.argsort, axis=1, stable=True)
+        skip = (~visit).astype(jnp.int8)
+        return cls(
+            key_blocks=first(skip).astype(jnp.int32),
+            key_counts=jnp.sum(visit, axis=1, dtype=jnp.int32),
+            query_blocks=first(skip.T).astype(jnp.int32),
+            query_counts=jnp.sum(visit, axis=0, dtype=jnp.int32),
+            full=jnp.min(kinds, axis=(0, 1)) == FULL,
+        )
 
 
-def _tile_mask(config, mask, mask_spec, q_start, k_start):
-    """The tile's mask: the rules, the dense mask, and the padded keys; ``None`` if all valid."""
+def _logits(call, q, k, q_idx, k_idx, params, bias, temperature, mod_params):
+    """A tile's logits ``[B, N, bq, bk]``, the key heads repeated for grouped attention."""
+    k = jnp.repeat(k, q.shape[1] // k.shape[1], axis=1)
+    return call.logits(q, k, q_idx, k_idx, params, bias, temperature, mod_params)
+
+
+def _tile_mask(config, call, batch_heads, full, q_start, k_start):
+    """The mask of tile ``(q_start, k_start)`` for ``batch_heads = (B, N)``: the dense mask,
+    padded keys, and, unless the tile is ``full``, the rules and ``mask_mod`` (evaluated on
+    partial tiles only); ``None`` when nothing is masked."""
     bq, bk = config.blocks.block_q, config.blocks.block_k
     q_idx, k_idx = q_start + jnp.arange(bq), k_start + jnp.arange(bk)
-    padded = config.num_keys % bk != 0
-    return combine(
-        mask_spec.block(q_idx, k_idx),
-        tile(mask, q_start, k_start, bq, bk),
-        (k_idx < config.num_keys)[None, None, None, :] if padded else None,
-    )
+    padded = (k_idx < config.num_keys)[None, None, None, :] if config.num_keys % bk else None
+    ruled = None
+    if config.rules:
+
+        def rules():
+            return call.element_mask(batch_heads, q_idx, k_idx, None, call.mod_params)
+
+        shape = jax.eval_shape(rules).shape
+        ruled = jax.lax.cond(full, lambda: jnp.ones(shape, bool), rules)
+    return combine(tile(call.mask, q_start, k_start, bq, bk), padded, ruled)
 
 
 def _group(x: Array, num_kv_heads: int) -> Array:
@@ -121,38 +141,42 @@ def _group(x: Array, num_kv_heads: int) -> Array:
     return x.reshape(x.shape[0], num_kv_heads, -1, *x.shape[2:])
 
 
-def _forward(config, q, k, v, params, bias, temperature, mask, mask_spec):
+def _forward(config, q, k, v, call, schedule):
     bq, bk = config.blocks.block_q, config.blocks.block_k
     batch, heads, tq, _ = q.shape
-    num_kv, ts, hv = k.shape[1], k.shape[2], v.shape[3]
+    num_kv, hv = k.shape[1], v.shape[3]
 
     def query_block(i):
         q_start = i * bq
         q_blk = jax.lax.dynamic_slice_in_dim(q, q_start, bq, axis=2)
+        q_idx = q_start + jnp.arange(bq)
 
-        def body(j, carry):
+        def body(n, carry):
+            j = schedule.key_blocks[i, n]
             k_start = j * bk
             k_blk = jax.lax.dynamic_slice_in_dim(k, k_start, bk, axis=2)
             v_blk = jax.lax.dynamic_slice_in_dim(v, k_start, bk, axis=2).astype(jnp.float32)
-            s = _tile_logits(
-                config,
+            s = _logits(
+                call,
                 q_blk,
                 k_blk,
-                params,
-                tile(bias, q_start, k_start, bq, bk),
-                tile(temperature, q_start, k_start, bq, bk),
+                q_idx,
+                k_start + jnp.arange(bk),
+                call.score_params,
+                tile(call.bias, q_start, k_start, bq, bk),
+                tile(call.temperature, q_start, k_start, bq, bk),
+                call.mod_params,
             )
 
             def weighted_sum(p):
                 pv = jnp.einsum("bkgts,bksh->bkgth", _group(p, num_kv), v_blk)
                 return pv.reshape(batch, heads, bq, hv)
 
-            tile_mask = _tile_mask(config, mask, mask_spec, q_start, k_start)
-            return online_step(carry, s, tile_mask, weighted_sum)
+            mask = _tile_mask(config, call, (batch, heads), schedule.full[i, j], q_start, k_start)
+            return online_step(carry, s, mask, weighted_sum)
 
-        lo, hi = key_block_range(mask_spec, q_start, bq, bk, ts // bk)
-        carry = jax.lax.fori_loop(lo, hi, body, online_init((batch, heads, bq), hv))
-        return online_finish(carry)
+        init = online_init((batch, heads, bq), hv)
+        return online_finish(jax.lax.fori_loop(0, schedule.key_counts[i], body, init))
 
     out, lse = jax.lax.map(query_block, jnp.arange(tq // bq))
     out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, tq, hv)
@@ -160,68 +184,96 @@ def _forward(config, q, k, v, params, bias, temperature, mask, mask_spec):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention(config, q, k, v, params, bias, temperature, mask, mask_spec):
-    return _forward(config, q, k, v, params, bias, temperature, mask, mask_spec)
+def _attention(config, q, k, v, call, schedule):
+    return _forward(config, q, k, v, call, schedule)
 
 
-def _attention_fwd(config, q, k, v, params, bias, temperature, mask, mask_spec):
-    out, lse = _forward(config, q, k, v, params, bias, temperature, mask, mask_spec)
-    return (out, lse), (q, k, v, params, bias, temperature, mask, mask_spec, out, lse)
+def _attention_fwd(config, q, k, v, call, schedule):
+    out, lse = _forward(config, q, k, v, call, schedule)
+    return (out, lse), (q, k, v, call, schedule, out, lse)
 
 
 def _attention_bwd(config, residuals, cotangents):
-    q, k, v, params, bias, temperature, mask, mask_spec, out, lse = residuals
+    q, k, v, call, schedule, out, lse = residuals
     d_out, d_lse = (c.astype(jnp.float32) for c in cotangents)
     bq, bk = config.blocks.block_q, config.blocks.block_k
-    num_kv, tq, ts = k.shape[1], q.shape[2], k.shape[2]
+    batch, heads = q.shape[:2]
+    num_kv, ts = k.shape[1], k.shape[2]
     # FlashAttention-2: d logits = p * (d_out·v - rowsum(d_out * out)); lse adds p * d_lse.
     delta = jnp.sum(d_out * out, axis=-1) - d_lse
+    mod_floats, mod_data = split_floats(call.mod_params)
     zeros = functools.partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
+
+    def tile_logits(q_blk, k_blk, params, bias, temperature, floats, *, q_idx, k_idx):
+        mod_params = merge_floats(floats, mod_data)
+        return _logits(call, q_blk, k_blk, q_idx, k_idx, params, bias, temperature, mod_params)
 
     def key_block(carry, j):
         k_start = j * bk
         k_blk = jax.lax.dynamic_slice_in_dim(k, k_start, bk, axis=2)
         v_blk = jax.lax.dynamic_slice_in_dim(v, k_start, bk, axis=2).astype(jnp.float32)
+        k_idx = k_start + jnp.arange(bk)
 
-        def body(i, inner):
-            dq, d_params, d_bias, d_temp, dk_blk, dv_blk = inner
+        def body(n, inner):
+            dq, d_params, d_bias, d_temp, d_mod, dk_blk, dv_blk = inner
+            i = schedule.query_blocks[j, n]
             q_start = i * bq
             rows = functools.partial(jax.lax.dynamic_slice_in_dim, start_index=q_start, axis=2)
-            q_blk = jax.lax.dynamic_slice_in_dim(q, q_start, bq, axis=2)
-            bias_blk = tile(bias, q_start, k_start, bq, bk)
-            temp_blk = tile(temperature, q_start, k_start, bq, bk)
+            q_blk = rows(q, slice_size=bq)
+            bias_blk = tile(call.bias, q_start, k_start, bq, bk)
+            temp_blk = tile(call.temperature, q_start, k_start, bq, bk)
+            logits = functools.partial(tile_logits, q_idx=q_start + jnp.arange(bq), k_idx=k_idx)
             s, vjp = jax.vjp(
-                functools.partial(_tile_logits, config), q_blk, k_blk, params, bias_blk, temp_blk
+                logits,
+                q_blk,
+                k_blk,
+                call.score_params,
+                bias_blk,
+                temp_blk,
+                mod_floats,
             )
-            tile_mask = _tile_mask(config, mask, mask_spec, q_start, k_start)
-            p = recomputed_probs(s, rows(lse, slice_size=bq), tile_mask)
+            mask = _tile_mask(config, call, (batch, heads), schedule.full[i, j], q_start, k_start)
+            p = recomputed_probs(s, rows(lse, slice_size=bq), mask)
             do_blk = _group(rows(d_out, slice_size=bq), num_kv)
             dv_blk = dv_blk + jnp.einsum("bkgts,bkgth->bksh", _group(p, num_kv), do_blk)
             dp = jnp.einsum("bkgth,bksh->bkgts", do_blk, v_blk).reshape(p.shape)
             ds = p * (dp - rows(delta, slice_size=bq)[..., None])
-            dq_t, dk_t, dparams_t, dbias_t, dtemp_t = vjp(ds)
-            dq = jax.lax.dynamic_update_slice_in_dim(
-                dq, rows(dq, slice_size=bq) + dq_t, q_start, axis=2
+            dq_t, dk_t, dparams_t, dbias_t, dtemp_t, dmod_t = vjp(ds)
+            dq = jax.lax.dynamic_update_slice_in_dim(dq, rows(dq, slice_size=bq) + dq_t, q_start, 2)
+            return (
+                dq,
+                jax.tree.map(jnp.add, d_params, dparams_t),
+                tile_add(d_bias, q_start, k_start, dbias_t),
+                tile_add(d_temp, q_start, k_start, dtemp_t),
+                jax.tree.map(jnp.add, d_mod, dmod_t),
+                dk_blk + dk_t,
+                dv_blk,
             )
-            d_params = jax.tree.map(jnp.add, d_params, dparams_t)
-            d_bias = tile_add(d_bias, q_start, k_start, dbias_t)
-            d_temp = tile_add(d_temp, q_start, k_start, dtemp_t)
-            return dq, d_params, d_bias, d_temp, dk_blk + dk_t, dv_blk
 
-        lo, hi = query_block_range(mask_spec, k_start, bq, bk, tq // bq)
         init = (*carry, jnp.zeros(k_blk.shape, jnp.float32), jnp.zeros(v_blk.shape, jnp.float32))
-        *carry, dk_blk, dv_blk = jax.lax.fori_loop(lo, hi, body, tuple(init))
+        *carry, dk_blk, dv_blk = jax.lax.fori_loop(0, schedule.query_counts[j], body, init)
         return tuple(carry), (dk_blk, dv_blk)
 
-    init = (zeros(q), zeros(params), zeros(bias), zeros(temperature))
-    (dq, d_params, d_bias, d_temp), (dk, dv) = jax.lax.scan(key_block, init, jnp.arange(ts // bk))
+    init = (
+        zeros(q),
+        zeros(call.score_params),
+        zeros(call.bias),
+        zeros(call.temperature),
+        zeros(mod_floats),
+    )
+    (dq, d_params, d_bias, d_temp, d_mod), (dk, dv) = jax.lax.scan(
+        key_block, init, jnp.arange(ts // bk)
+    )
     dk, dv = (jnp.moveaxis(x, 0, 2).reshape((*x.shape[1:3], ts, x.shape[-1])) for x in (dk, dv))
     cast = functools.partial(jax.tree.map, lambda g, x: g.astype(x.dtype))
-    return (
-        *cast((dq, dk, dv, d_params, d_bias, d_temp), (q, k, v, params, bias, temperature)),
-        None,
-        None,
+    d_call = dataclasses.replace(
+        jax.tree.map(lambda _: None, call),
+        score_params=cast(d_params, call.score_params),
+        bias=cast(d_bias, call.bias),
+        temperature=cast(d_temp, call.temperature),
+        mod_params=merge_floats(cast(d_mod, mod_floats), jax.tree.map(lambda _: None, mod_data)),
     )
+    return (*cast((dq, dk, dv), (q, k, v)), d_call, None)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)

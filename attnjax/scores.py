@@ -94,12 +94,14 @@ class ScoreSpec(NamedTuple):
 
     ``params`` maps each parameter name to its trailing shape (``"H"`` = head size,
     ``"A"`` = any hidden size shared by the parameters); ``required`` names those that
-    must be present.
+    must be present. ``hidden``: the score forms hidden features ``[..., T, S, A]``, so tiled
+    paths keep tiles small (``A`` is read from the parameters).
     """
 
     fn: Callable[..., Logits]
     params: dict[str, tuple[str, ...]]
     required: tuple[str, ...]
+    hidden: bool = False
 
 
 _ADDITIVE_PARAMS = {"w_q": ("H", "A"), "w_k": ("H", "A"), "v": ("A",), "b": ("A",)}
@@ -109,9 +111,12 @@ SCORES: dict[str, ScoreSpec] = {
     "dot": ScoreSpec(dot, {}, ()),
     "scaled_dot": ScoreSpec(scaled_dot, {"scale": ()}, ()),
     "bilinear": ScoreSpec(bilinear, {"w": ("H", "H")}, ("w",)),
-    "additive": ScoreSpec(additive, _ADDITIVE_PARAMS, _ADDITIVE_REQUIRED),
+    "additive": ScoreSpec(additive, _ADDITIVE_PARAMS, _ADDITIVE_REQUIRED, hidden=True),
     "additive_relu": ScoreSpec(
-        functools.partial(additive, activation=jax.nn.relu), _ADDITIVE_PARAMS, _ADDITIVE_REQUIRED
+        functools.partial(additive, activation=jax.nn.relu),
+        _ADDITIVE_PARAMS,
+        _ADDITIVE_REQUIRED,
+        hidden=True,
     ),
     "cosine": ScoreSpec(cosine, {"scale": ()}, ()),
 }

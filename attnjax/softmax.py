@@ -1,4 +1,7 @@
-"""A masked softmax in float32 that never produces NaN, with its log-sum-exp."""
+"""A masked softmax in float32 that never produces NaN, with its log-sum-exp, and its online
+(tile by tile) form used by the tiled implementations."""
+
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -38,3 +41,48 @@ def masked_softmax(
 ) -> Float[Array, "... S"]:
     """:func:`masked_softmax_with_lse` without the log-sum-exp."""
     return masked_softmax_with_lse(logits, mask)[0]
+
+
+def online_init(rows: tuple[int, ...], value_dim: int) -> tuple[Array, Array, Array]:
+    """The online softmax's start: running max, running sum, accumulator ``[*rows, Hv]``."""
+    return (
+        jnp.full(rows, MASK_VALUE, jnp.float32),
+        jnp.zeros(rows, jnp.float32),
+        jnp.zeros((*rows, value_dim), jnp.float32),
+    )
+
+
+def online_step(carry, logits: Array, mask: Array | None, weighted_sum: Callable):
+    """Fold one tile of float32 ``logits [..., Tb, Sb]`` into the running softmax.
+
+    ``weighted_sum(p [..., Tb, Sb]) -> [..., Tb, Hv]`` multiplies the tile's unnormalized
+    probabilities with its values. Masked entries get probability exactly 0, also while
+    every key seen so far was masked.
+    """
+    m_prev, total, acc = carry
+    if mask is not None:
+        logits = jnp.where(mask, logits, MASK_VALUE)
+    m_new = jnp.maximum(m_prev, jnp.max(logits, axis=-1))
+    p = jnp.exp(logits - m_new[..., None])
+    if mask is not None:
+        p = jnp.where(mask, p, 0.0)
+    alpha = jnp.exp(m_prev - m_new)
+    return m_new, alpha * total + jnp.sum(p, axis=-1), alpha[..., None] * acc + weighted_sum(p)
+
+
+def online_finish(carry) -> tuple[Array, Array]:
+    """``(output [..., Hv], lse [...])``; a row that saw no valid key gives 0 and ``-inf``."""
+    m, total, acc = carry
+    nonempty = total > 0
+    safe_total = jnp.where(nonempty, total, 1.0)
+    out = jnp.where(nonempty[..., None], acc / safe_total[..., None], 0.0)
+    return out, jnp.where(nonempty, m + jnp.log(safe_total), -jnp.inf)
+
+
+def recomputed_probs(logits: Array, lse: Array, mask: Array | None) -> Array:
+    """The softmax of a tile from its logits and the rows' log-sum-exp (``-inf``: empty row).
+
+    An empty row's probabilities are 0, also without a mask.
+    """
+    p = jnp.exp(logits - jnp.where(lse == -jnp.inf, jnp.inf, lse)[..., None])
+    return p if mask is None else jnp.where(mask, p, 0.0)

@@ -6,14 +6,14 @@ sliced per tile.
 """
 
 import dataclasses
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Int
 
-from attnjax.masks import MaskSpec
-from attnjax.softmax import MASK_VALUE
+if TYPE_CHECKING:
+    from attnjax.masks import MaskSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,60 +91,50 @@ def tile_add(x: Array | None, q_start, k_start, update: Array | None) -> Array |
     return jax.lax.dynamic_update_slice(x, old + update, starts)
 
 
-def _diff_bounds(spec: MaskSpec) -> tuple[int | None, int | None]:
-    """Bounds on ``s - (t + offset)`` for a visible key, from the causal and window rules."""
-    low, high = None, None
-    if spec.window is not None:
-        low, high = -spec.window[0], spec.window[1]
-    if spec.is_causal:
-        high = 0 if high is None else min(high, 0)
-    return low, high
-
-
 def _block_range(first, last, block: int, num_blocks: int):
     lo = 0 if first is None else jnp.clip(jnp.floor_divide(first, block), 0, num_blocks)
     hi = num_blocks if last is None else jnp.clip(jnp.floor_divide(last, block) + 1, 0, num_blocks)
     return lo, hi
 
 
-def key_block_range(spec: MaskSpec, q_start, block_q: int, block_k: int, num_k_blocks: int):
+def key_block_range(spec: "MaskSpec", q_start, block_q: int, block_k: int, num_k_blocks: int):
     """``[lo, hi)``: the key blocks that queries ``q_start ... q_start + block_q - 1`` may see.
 
     Blocks outside it are fully masked by the causal/window rules and can be skipped.
     """
-    low, high = _diff_bounds(spec)
+    low, high = spec.diff_bounds()
     first = None if low is None else q_start + spec.offset + low
     last = None if high is None else q_start + block_q - 1 + spec.offset + high
     return _block_range(first, last, block_k, num_k_blocks)
 
 
-def query_block_range(spec: MaskSpec, k_start, block_q: int, block_k: int, num_q_blocks: int):
+def query_block_range(spec: "MaskSpec", k_start, block_q: int, block_k: int, num_q_blocks: int):
     """``[lo, hi)``: the query blocks that may see keys ``k_start ... k_start + block_k - 1``."""
-    low, high = _diff_bounds(spec)
+    low, high = spec.diff_bounds()
     first = None if high is None else k_start - spec.offset - high
     last = None if low is None else k_start + block_k - 1 - spec.offset - low
     return _block_range(first, last, block_q, num_q_blocks)
 
 
-def full_key_block_range(spec: MaskSpec, q_start, block_q: int, block_k: int, lo, hi):
+def full_key_block_range(spec: "MaskSpec", q_start, block_q: int, block_k: int, lo, hi):
     """``[full_lo, full_hi)`` within ``[lo, hi)``: the key blocks each query sees whole.
 
     Whole under the causal/window rules for every query ``q_start ... q_start + block_q - 1``:
     such tiles need no mask.
     """
-    low, high = _diff_bounds(spec)
+    low, high = spec.diff_bounds()
     first = None if low is None else q_start + block_q - 1 + spec.offset + low
     last = None if high is None else q_start + spec.offset + high
     return _full_range(first, last, block_k, lo, hi)
 
 
-def full_query_block_range(spec: MaskSpec, k_start, block_q: int, block_k: int, lo, hi):
+def full_query_block_range(spec: "MaskSpec", k_start, block_q: int, block_k: int, lo, hi):
     """``[full_lo, full_hi)`` within ``[lo, hi)``: the query blocks that see the key block whole.
 
     Every query of such a block sees keys ``k_start ... k_start + block_k - 1`` under the
     causal/window rules.
     """
-    low, high = _diff_bounds(spec)
+    low, high = spec.diff_bounds()
     first = None if high is None else k_start + block_k - 1 - spec.offset - high
     last = None if low is None else k_start - spec.offset - low
     return _full_range(first, last, block_q, lo, hi)
@@ -166,48 +156,3 @@ def split_loop(lo, full_lo, full_hi, hi, body, carry):
     carry = jax.lax.fori_loop(lo, full_lo, body(True), carry)
     carry = jax.lax.fori_loop(full_lo, full_hi, body(False), carry)
     return jax.lax.fori_loop(full_hi, hi, body(True), carry)
-
-
-def online_init(rows: tuple[int, ...], value_dim: int) -> tuple[Array, Array, Array]:
-    """The online softmax's start: running max, running sum, accumulator ``[*rows, Hv]``."""
-    return (
-        jnp.full(rows, MASK_VALUE, jnp.float32),
-        jnp.zeros(rows, jnp.float32),
-        jnp.zeros((*rows, value_dim), jnp.float32),
-    )
-
-
-def online_step(carry, logits: Array, mask: Array | None, weighted_sum: Callable):
-    """Fold one tile of float32 ``logits [..., Tb, Sb]`` into the running softmax.
-
-    ``weighted_sum(p [..., Tb, Sb]) -> [..., Tb, Hv]`` multiplies the tile's unnormalized
-    probabilities with its values. Masked entries get probability exactly 0, also while
-    every key seen so far was masked.
-    """
-    m_prev, total, acc = carry
-    if mask is not None:
-        logits = jnp.where(mask, logits, MASK_VALUE)
-    m_new = jnp.maximum(m_prev, jnp.max(logits, axis=-1))
-    p = jnp.exp(logits - m_new[..., None])
-    if mask is not None:
-        p = jnp.where(mask, p, 0.0)
-    alpha = jnp.exp(m_prev - m_new)
-    return m_new, alpha * total + jnp.sum(p, axis=-1), alpha[..., None] * acc + weighted_sum(p)
-
-
-def online_finish(carry) -> tuple[Array, Array]:
-    """``(output [..., Hv], lse [...])``; a row that saw no valid key gives 0 and ``-inf``."""
-    m, total, acc = carry
-    nonempty = total > 0
-    safe_total = jnp.where(nonempty, total, 1.0)
-    out = jnp.where(nonempty[..., None], acc / safe_total[..., None], 0.0)
-    return out, jnp.where(nonempty, m + jnp.log(safe_total), -jnp.inf)
-
-
-def recomputed_probs(logits: Array, lse: Array, mask: Array | None) -> Array:
-    """The softmax of a tile from its logits and the rows' log-sum-exp (``-inf``: empty row).
-
-    An empty row's probabilities are 0, also without a mask.
-    """
-    p = jnp.exp(logits - jnp.where(lse == -jnp.inf, jnp.inf, lse)[..., None])
-    return p if mask is None else jnp.where(mask, p, 0.0)

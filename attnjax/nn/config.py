@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnjax.nn.scores import SCORE_MODULES
+from attnjax.scores import SCORES
 
 MODELS: dict[str, Callable[..., nnx.Module]] = {}
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
@@ -106,9 +107,9 @@ class ModelConfig:
         needed = "vocab_size" if self.embedding == "tokens" else "in_features"
         if getattr(self, needed) is None:
             raise ValueError(f"{needed}: required with embedding={self.embedding!r}")
-        if self.score_hidden is not None and not self.score.startswith("additive"):
+        if self.score_hidden is not None and not self.additive:
             raise ValueError(f"score_hidden: applies to additive scores, not {self.score!r}")
-        if self.score_bias_init and not (self.score.startswith("additive") and self.score_bias):
+        if self.score_bias_init and not (self.additive and self.score_bias):
             raise ValueError(
                 f"score_bias_init: applies to additive scores with score_bias=True, got "
                 f"score={self.score!r}, score_bias={self.score_bias}"
@@ -120,6 +121,11 @@ class ModelConfig:
             )
         if self.learnable_scale and self.score != "scaled_dot":
             raise ValueError(f"learnable_scale: applies to score='scaled_dot', not {self.score!r}")
+
+    @property
+    def additive(self) -> bool:
+        """The score forms hidden features (Bahdanau's additive scores)."""
+        return self.score in SCORES and SCORES[self.score].hidden
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "ModelConfig":
@@ -142,7 +148,7 @@ class ModelConfig:
 
     def score_options(self) -> dict[str, Any]:
         """Options for the score module (see :mod:`attnjax.nn.scores`)."""
-        if self.score.startswith("additive"):
+        if self.additive:
             return {
                 "hidden": self.score_hidden,
                 "use_bias": self.score_bias,

@@ -1,6 +1,6 @@
 """Pallas flash-attention kernels: forward, dK/dV and dQ, shared by every tile score.
 
-Inputs are prepared (see :mod:`attnjax.kernels.attention`): ``q [B, Tp, N, D]``,
+Inputs are prepared (see :mod:`attnjax.pallas.attention`): ``q [B, Tp, N, D]``,
 ``k [B, Sp, K, D]``, ``v [B, Sp, K, Hv]`` padded to whole blocks, an optional per-head score
 vector ``w [B, N, A]``, ``info [B, 4]`` = (causal offset, query length, key length, 0: four
 columns as Triton blocks are powers of two) and optional segment ids. One program handles one
@@ -22,16 +22,13 @@ from jax.experimental.pallas import triton as pl_triton
 from jaxtyping import Array, Float, Int
 
 from attnjax.masks import MaskSpec
+from attnjax.softmax import online_finish, online_init, online_step, recomputed_probs
 from attnjax.tiling import (
     BlockSizes,
     full_key_block_range,
     full_query_block_range,
     key_block_range,
-    online_finish,
-    online_init,
-    online_step,
     query_block_range,
-    recomputed_probs,
     split_loop,
 )
 

@@ -10,16 +10,14 @@ The kernels target GPUs (Triton); elsewhere they run in Pallas interpret mode (s
 tests). Callables, dense boolean masks and ``bias`` are refused: use ``"chunked"``.
 """
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
-from attnjax.dense import Score
-from attnjax.kernels.flash import Additive, Config, Dot, flash
+from attnjax.call import AttentionCall
 from attnjax.masks import MaskSpec
+from attnjax.pallas.flash import Additive, Config, Dot, flash
 from attnjax.scores import _unit
 from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 
@@ -28,22 +26,22 @@ from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 DEFAULT_BLOCKS = {2: BlockSizes(block_q=128, block_k=64), 4: BlockSizes(block_q=32, block_k=64)}
 # Additive tiles form [block_q, block_k, A] on chip.
 DEFAULT_ADDITIVE_BLOCKS = BlockSizes(block_q=16, block_k=32)
-SUPPORTED_SCORES = ("dot", "scaled_dot", "cosine", "bilinear", "additive", "additive_relu")
+# The kernels' tile score for each named score (dot-family scores are folded into q and k).
+TILE_SCORES = {
+    "dot": Dot(),
+    "scaled_dot": Dot(),
+    "cosine": Dot(),
+    "bilinear": Dot(),
+    "additive": Additive("tanh"),
+    "additive_relu": Additive("relu"),
+}
 
 
 def pallas_attention(
     query: Float[Array, "B T N H"],
     key: Float[Array, "B S K H"],
     value: Float[Array, "B S K Hv"],
-    *,
-    score: Score,
-    score_params: Any,
-    score_name: str | None = None,
-    bias: Float[Array, "#B #N #T #S"] | None = None,
-    mask: Bool[Array, "#B #N #T #S"] | None = None,
-    mask_spec: MaskSpec,
-    temperature: Float[Array, "..."] | None = None,
-    block_sizes: BlockSizes | None = None,
+    call: AttentionCall,
 ) -> tuple[Float[Array, "B T N Hv"], None, Float[Array, "B N T"]]:
     """Attention on already validated inputs: ``(output, None, log-sum-exp)``.
 
@@ -51,33 +49,32 @@ def pallas_attention(
     two (Triton); they are clamped to the next power of two of each sequence length, which is
     padded to whole blocks inside.
     """
-    del score  # the kernels are chosen by name
-    reason = unsupported(score_name, bias, mask, temperature)
+    reason = unsupported(call)
     if reason is not None:
         raise ValueError(reason)
-    additive = score_name.startswith("additive")
+    tile_score = TILE_SCORES[call.score_name]
+    additive = isinstance(tile_score, Additive)
     batch, num_queries, num_heads, _ = query.shape
     num_keys = key.shape[1]
-    blocks = _check_blocks(block_sizes, additive, query.dtype, num_queries, num_keys)
+    blocks = _check_blocks(call.block_sizes, additive, query.dtype, num_queries, num_keys)
     tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
 
-    temperature = as_4d(temperature)
+    temperature = as_4d(call.temperature)
     if additive:
-        q, k, w = _fold_additive(query, key, score_params, temperature, num_heads)
+        q, k, w = _fold_additive(query, key, call.score_params, temperature, num_heads)
         value = jnp.repeat(value, num_heads // value.shape[2], axis=2)  # k' has N heads
     else:
-        q, k = _fold_dot(score_name, query, key, score_params, temperature)
+        q, k = _fold_dot(call.score_name, query, key, call.score_params, temperature)
         w = None
     q = pad_axis(q, 1, tq)
     k, v = pad_axis(k, 1, ts), pad_axis(value, 1, ts)
-    info, segments = _mask_inputs(mask_spec, batch, num_queries, num_keys, tq, ts)
+    spec = call.mask_spec
+    info, segments = _mask_inputs(spec, batch, num_queries, num_keys, tq, ts)
     config = Config(
-        tile_score=Additive("relu" if score_name == "additive_relu" else "tanh")
-        if additive
-        else Dot(),
+        tile_score=tile_score,
         blocks=blocks,
-        is_causal=mask_spec.is_causal,
-        window=mask_spec.window,
+        is_causal=spec.is_causal,
+        window=spec.window,
         segments=segments is not None,
         interpret=jax.default_backend() != "gpu",
         num_warps=4 if additive or q.shape[-1] <= 64 else 8,
@@ -86,28 +83,34 @@ def pallas_attention(
     return out[:, :num_queries].astype(query.dtype), None, lse[:, :, :num_queries]
 
 
-def unsupported(score_name: str | None, bias, mask, temperature) -> str | None:
-    """Why the kernels cannot take these arguments, or ``None`` when they can."""
-    if score_name not in SUPPORTED_SCORES:
+def unsupported(call: AttentionCall) -> str | None:
+    """Why the kernels cannot take this call, or ``None`` when they can."""
+    if call.score_name not in TILE_SCORES:
         return (
-            f"score: implementation='pallas' takes one of {list(SUPPORTED_SCORES)}, got "
-            f"{'a callable' if score_name is None else repr(score_name)}; use "
+            f"score: implementation='pallas' takes one of {list(TILE_SCORES)}, got "
+            f"{'a callable' if call.score_name is None else repr(call.score_name)}; use "
             "implementation='chunked' for other scores"
         )
-    if mask is not None:
+    for name in ("score_mod", "mask_mod", "block_mask"):
+        if getattr(call, name) is not None:
+            return (
+                f"{name}: implementation='pallas' does not take score or mask mods yet; use "
+                "implementation='chunked'"
+            )
+    if call.mask is not None:
         return (
             "mask: implementation='pallas' takes structured masks only (is_causal, lengths, "
             "segment ids, local_window_size); use implementation='chunked' for dense masks"
         )
-    if bias is not None:
+    if call.bias is not None:
         return "bias: implementation='pallas' takes no bias; use implementation='chunked'"
-    t = as_4d(temperature)
-    additive = score_name.startswith("additive")
+    t = as_4d(call.temperature)
+    additive = call.score_hidden is not None
     if t is not None and (t.shape[3] != 1 or (additive and t.shape[2] != 1)):
         expected = "[#B, #N, 1, 1]" if additive else "[#B, #N, #T, 1]"
         return (
-            f"temperature: implementation='pallas' with score={score_name!r} needs a "
-            f"temperature broadcastable to {expected}, got shape {temperature.shape}"
+            f"temperature: implementation='pallas' with score={call.score_name!r} needs a "
+            f"temperature broadcastable to {expected}, got shape {call.temperature.shape}"
         )
     return None
 

@@ -1,0 +1,5 @@
+"""Pallas kernels: flash attention for dot-product scores and a tiled additive kernel."""
+
+from attnjax.pallas.attention import TILE_SCORES, pallas_attention, unsupported
+
+__all__ = ["TILE_SCORES", "pallas_attention", "unsupported"]
