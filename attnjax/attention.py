@@ -1,5 +1,6 @@
 """``attention``: the public entry. Validates (:mod:`attnjax.call`), then dispatches."""
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -92,33 +93,10 @@ def attention(
     ``return_weights=True`` with them is an error. ``block_sizes`` (:class:`attnjax.BlockSizes`)
     sets their tiles; each has defaults. See ``docs/tiled.md``.
     """
-    query, key, value, call, batched = prepare(
-        query,
-        key,
-        value,
-        bias,
-        mask,
-        score=score,
-        score_params=score_params,
-        scale=scale,
-        temperature=temperature,
-        mask_args={
-            "is_causal": is_causal,
-            "causal_offset": causal_offset,
-            "query_seq_lengths": query_seq_lengths,
-            "key_value_seq_lengths": key_value_seq_lengths,
-            "q_segment_ids": q_segment_ids,
-            "kv_segment_ids": kv_segment_ids,
-            "local_window_size": local_window_size,
-        },
-        score_mod=score_mod,
-        mask_mod=mask_mod,
-        mod_params=mod_params,
-        block_mask=block_mask,
-        block_sizes=block_sizes,
-    )
+    options = dict(locals())  # every argument, for validation
+    query, key, value, call, batched = prepare(**options)
     if implementation is None:
-        implementation = choose_implementation(call, query.shape[1], key.shape[1], return_weights)
+        implementation = _choose(call, query.shape[1], key.shape[1], return_weights)
     _check_implementation(implementation, return_weights, call)
     if implementation == "cudnn":
         output, weights, lse = _cudnn(query, key, value, call)
@@ -131,16 +109,21 @@ def attention(
     return (output, *extras) if extras else output
 
 
-def choose_implementation(
-    call: AttentionCall, num_queries: int, num_keys: int, return_weights: bool = False
-) -> str:
-    """What ``implementation=None`` runs for this call.
+def choose_implementation(query, key, value, *args, **kwargs) -> str:
+    """What ``attention(query, key, value, *args, **kwargs)`` runs with ``implementation=None``.
 
     Dense (``"xla"``) when the weights are asked for or the logits are few (below
     ``CHUNKED_MIN_LOGITS`` per batch and head, measured on CPU) and no block mask is given;
     on GPU ``"cudnn"`` where it applies (plain ``dot``/``scaled_dot``: measured 1.8x the Pallas
     kernel), else ``"pallas"`` where it applies; else ``"chunked"``.
     """
+    options = inspect.signature(attention).bind(query, key, value, *args, **kwargs)
+    options.apply_defaults()
+    query, key, value, call, _ = prepare(**options.arguments)
+    return _choose(call, query.shape[1], key.shape[1], options.arguments["return_weights"])
+
+
+def _choose(call: AttentionCall, num_queries: int, num_keys: int, return_weights: bool) -> str:
     if return_weights or (num_queries * num_keys < CHUNKED_MIN_LOGITS and call.block_mask is None):
         return "xla"
     if jax.default_backend() == "gpu":

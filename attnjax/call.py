@@ -160,21 +160,24 @@ def prepare(
     query,
     key,
     value,
-    bias,
-    mask,
+    bias=None,
+    mask=None,
     *,
     score,
     score_params,
     scale,
     temperature,
-    mask_args,
     score_mod,
     mask_mod,
     mod_params,
     block_mask,
     block_sizes,
+    **options,
 ) -> tuple[Array, Array, Array, AttentionCall, bool]:
-    """``(query, key, value, call, batched)``: inputs made batched, every argument checked."""
+    """``(query, key, value, call, batched)`` from :func:`attnjax.attention`'s arguments:
+    inputs made batched, every argument checked (``options`` holds the structured mask
+    arguments and those the call does not carry, such as ``implementation``)."""
+    mask_args = {name: options[name] for name in _MASK_ARGS}
     query, key, value = (jnp.asarray(x) for x in (query, key, value))
     batched = query.ndim == 4
     _check_qkv(query, key, value)
@@ -211,6 +214,17 @@ def prepare(
         block_sizes=block_sizes,
     )
     return query, key, value, call, batched
+
+
+_MASK_ARGS = (
+    "is_causal",
+    "causal_offset",
+    "query_seq_lengths",
+    "key_value_seq_lengths",
+    "q_segment_ids",
+    "kv_segment_ids",
+    "local_window_size",
+)
 
 
 def _batch_mask_args(args: dict[str, Any]) -> dict[str, Any]:

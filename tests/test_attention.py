@@ -209,3 +209,36 @@ def test_bad_inputs_raise_errors_naming_the_argument(kwargs, error, match):
     args = {"query": Q, "key": KEY, "value": V} | kwargs
     with pytest.raises(error, match=match):
         aj.attention(**args)
+
+
+@pytest.mark.parametrize("implementation", ["xla", "chunked", "pallas"])
+def test_every_implementation_differentiates_inside_scan(implementation):
+    """Scanned layers differentiate attention inside ``lax.scan`` (the default scale is a
+    Python float: score parameters must be arrays by the time a custom VJP sees them)."""
+
+    def layers(implementation):
+        def layer(x, _):
+            return aj.attention(x, x, x, is_causal=True, implementation=implementation), None
+
+        return lambda q: jnp.sum(jax.lax.scan(layer, q, None, length=2)[0] ** 2)
+
+    grads = jax.jit(jax.grad(layers(implementation)))(Q)
+    np.testing.assert_allclose(grads, jax.grad(layers("xla"))(Q), atol=1e-4)
+
+
+def test_choose_implementation_and_cudnn_refusals():
+    long = jnp.zeros((1, 1024, 2, 8))
+    assert aj.choose_implementation(Q, KEY, V) == "xla"
+    assert aj.choose_implementation(long, long, long, return_weights=True) == "xla"
+    on_gpu = jax.default_backend() == "gpu"
+    assert aj.choose_implementation(long, long, long) == ("cudnn" if on_gpu else "chunked")
+    additive = {"w_q": jnp.ones((8, 4)), "w_k": jnp.ones((8, 4)), "v": jnp.ones(4)}
+    chosen = aj.choose_implementation(long, long, long, score="additive", score_params=additive)
+    assert chosen == ("pallas" if on_gpu else "chunked")
+    if not on_gpu:
+        with pytest.raises(ValueError, match=r"cudnn.*a GPU"):
+            aj.attention(Q, KEY, V, implementation="cudnn")
+    with pytest.raises(ValueError, match=r"cudnn.*'dot' or 'scaled_dot'"):
+        aj.attention(Q, KEY, V, score="cosine", implementation="cudnn")
+    with pytest.raises(ValueError, match=r"cudnn.*score_mod"):
+        aj.attention(Q, KEY, V, score_mod=lambda s, *_: s, implementation="cudnn")

@@ -9,6 +9,9 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
 from attnjax.attention import attention
+from attnjax.call import MaskMod, ScoreMod
+from attnjax.masks import BlockMask
+from attnjax.nn.mods import split_mod
 from attnjax.nn.positional import default_positions, rope
 from attnjax.nn.scores import make_score
 
@@ -39,7 +42,8 @@ class MultiHeadAttention(nnx.Module):
     deterministic). ``return_weights=True`` (or the attribute ``sow_weights``, which sows the
     weights as ``nnx.Intermediate`` ``"attention_weights"`` and their log-sum-exp ``[B, N, T]``
     as ``"attention_lse"``) runs the call on the dense path, so output and weights come from
-    the same computation.
+    the same computation. ``score_mod`` is a function of :mod:`attnjax.mods` or a module that
+    owns its parameters (:mod:`attnjax.nn.mods`); ``mask_mod`` a mask mod function.
     """
 
     def __init__(
@@ -61,6 +65,8 @@ class MultiHeadAttention(nnx.Module):
         rope_base: float = 10000.0,
         sow_weights: bool = False,
         kernel_init: nnx.Initializer = XAVIER,
+        score_mod: ScoreMod | nnx.Module | None = None,
+        mask_mod: MaskMod | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
@@ -121,6 +127,7 @@ class MultiHeadAttention(nnx.Module):
             score, num_heads, head_dim, options=score_options, param_dtype=param_dtype, rngs=rngs
         )
         self.gate = HeadGate(jnp.ones((num_heads,), param_dtype))
+        self.score_mod, self.mask_mod = score_mod, mask_mod
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs) if dropout_rate > 0 else None
 
     def __call__(
@@ -134,12 +141,15 @@ class MultiHeadAttention(nnx.Module):
         deterministic: bool | None = None,
         rngs: nnx.Rngs | Array | None = None,
         return_weights: bool = False,
+        mod_params: Mapping[str, Any] | None = None,
+        block_mask: BlockMask | None = None,
     ) -> Float[Array, "B T Dout"] | tuple[Float[Array, "B T Dout"], Float[Array, "B N T S"]]:
         """Self-attention (``inputs_kv`` None) or cross-attention; ``mask`` is True where a
         query may attend. RoPE positions default to ``0..T-1``; keys share the queries'
         positions in self-attention and use ``0..S-1`` in cross-attention. Dropout draws its
         mask from ``rngs`` (an ``nnx.Rngs`` or a key) when given, else from the module's own
-        stream."""
+        stream. ``mod_params`` (data for the mask and score mods, such as document ids) joins
+        the score mod module's own parameters; ``block_mask`` is passed to attention."""
         self_attention = inputs_kv is None
         inputs_kv = inputs_q if self_attention else inputs_kv
         q, k, v = self.query(inputs_q), self.key(inputs_kv), self.value(inputs_kv)
@@ -160,6 +170,7 @@ class MultiHeadAttention(nnx.Module):
                 f"None or {DENSE!r}, or call with deterministic=True"
             )
         dense = return_weights or self.sow_weights or dropout
+        score_mod, own_params = split_mod(self.score_mod)
         result = attention(
             q,
             k,
@@ -171,6 +182,10 @@ class MultiHeadAttention(nnx.Module):
             return_weights=dense,
             return_residual=dense,
             implementation=DENSE if dense else self.implementation,
+            score_mod=score_mod,
+            mask_mod=self.mask_mod,
+            mod_params={**own_params, **(mod_params or {})},
+            block_mask=block_mask,
         )
         out, weights, lse = result if dense else (result, None, None)
         if dropout:

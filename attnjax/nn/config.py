@@ -8,6 +8,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
+from attnjax.nn.mods import MASK_MODS, SCORE_MODS, make_mod
 from attnjax.nn.scores import SCORE_MODULES
 from attnjax.scores import SCORES
 
@@ -60,6 +61,11 @@ class ModelConfig:
     pos_amplitude: float = 1.0  # sinusoidal amplitude
     max_len: int = 256  # learned table size; also sets the cosine score's initial scale
     causal: bool = False
+    score_mod: str | None = None  # attnjax.nn.mods.SCORE_MODS: alibi | learnable_alibi | ...
+    softcap: float = 30.0  # score_mod="softcap": the cap
+    relative_buckets: int = 32  # score_mod="relative_position_bias": T5 buckets
+    mask_mod: str | None = None  # attnjax.nn.mods.MASK_MODS: sliding_window | dilated | ...
+    mask_mod_size: int = 128  # sliding_window: keys to the left; dilated: the stride
     dropout: float = 0.0  # on attention weights
     implementation: str | None = None
     # blocks
@@ -85,6 +91,8 @@ class ModelConfig:
             raise ValueError(f"dropout: only the transformer has dropout, got kind={self.kind!r}")
         _one_of("score", self.score, sorted(SCORE_MODULES))
         _one_of("attention_init", self.attention_init, ATTENTION_INITS)
+        _one_of("score_mod", self.score_mod, [None, *sorted(SCORE_MODS)])
+        _one_of("mask_mod", self.mask_mod, [None, *sorted(MASK_MODS)])
         _one_of("positional", self.positional, POSITIONAL)
         _one_of("embedding", self.embedding, EMBEDDINGS)
         _one_of("cell", self.cell, CELLS)
@@ -145,6 +153,20 @@ class ModelConfig:
         qkv = self.width if self.head_dim is None else self.heads * self.head_dim
         init = {"xavier": nnx.initializers.xavier_uniform, "lecun": nnx.initializers.lecun_normal}
         return {"qkv_features": qkv, "kernel_init": init[self.attention_init]()}
+
+    def mods(self, rngs: nnx.Rngs) -> dict[str, Any]:
+        """``score_mod`` and ``mask_mod`` for :class:`~attnjax.nn.MultiHeadAttention`."""
+        score_options = {
+            "softcap": {"cap": self.softcap},
+            "relative_position_bias": {"num_buckets": self.relative_buckets},
+        }.get(self.score_mod, {})
+        size = (
+            {"size": self.mask_mod_size} if self.mask_mod in ("sliding_window", "dilated") else {}
+        )
+        return {
+            "score_mod": make_mod("score_mod", self.score_mod, score_options, self.heads, rngs),
+            "mask_mod": make_mod("mask_mod", self.mask_mod, size, self.heads, rngs),
+        }
 
     def score_options(self) -> dict[str, Any]:
         """Options for the score module (see :mod:`attnjax.nn.scores`)."""
