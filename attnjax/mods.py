@@ -27,14 +27,15 @@ def alibi_slopes(num_heads: int) -> Float[np.ndarray, " N"]:
     For a head count that is not a power of two, the slopes of the next lower power of two
     followed by every other slope of the next higher one, as in the paper's code.
     """
+    return _alibi_slope(np.arange(num_heads), num_heads, np).astype(np.float32)
 
-    def powers(n):
-        start = 2.0 ** (-8.0 / n)
-        return [start ** (i + 1) for i in range(n)]
 
+def _alibi_slope(h: Int[Array, "..."], num_heads: int, xp=jnp) -> Float[Array, "..."]:
+    """Head ``h``'s slope as arithmetic on ``h`` (kernels cannot index constant tables);
+    ``xp`` is ``jnp`` or ``np``."""
     low = 2 ** math.floor(math.log2(num_heads))
-    slopes = powers(low) + powers(2 * low)[0::2][: num_heads - low]
-    return np.asarray(slopes, np.float32)
+    exponent = xp.where(h < low, -8.0 * (h + 1) / low, -4.0 * (2 * (h - low) + 1) / low)
+    return xp.exp(exponent * math.log(2.0))
 
 
 def alibi(num_heads: int | None = None, *, param: str | None = None) -> ScoreMod:
@@ -45,11 +46,10 @@ def alibi(num_heads: int | None = None, *, param: str | None = None) -> ScoreMod
     """
     if (num_heads is None) == (param is None):
         raise ValueError("alibi: pass num_heads (standard slopes) or param (learnable), not both")
-    fixed = None if num_heads is None else alibi_slopes(num_heads)
 
     def score_mod(logits, b, h, q_idx, kv_idx, params):
-        slopes = jnp.asarray(fixed) if param is None else params[param]
-        return logits - slopes[h] * jnp.abs(q_idx - kv_idx).astype(jnp.float32)
+        slope = _alibi_slope(h, num_heads) if param is None else params[param][h]
+        return logits - slope * jnp.abs(q_idx - kv_idx).astype(jnp.float32)
 
     return score_mod
 
@@ -171,8 +171,9 @@ def document(param: str = "document_ids") -> MaskMod:
 
 
 def _at(ids: Int[Array, "B S"], b: Array, idx: Array) -> Array:
-    """``ids[b, idx]`` with positions past the end clamped (tiles pad them)."""
-    return ids.at[b, idx].get(mode="clip")
+    """``ids[b, idx]`` with positions past the end clamped (tiles pad them); ``ids`` may be
+    an array or, inside a Pallas kernel, a ref."""
+    return ids[b, jnp.clip(idx, 0, ids.shape[1] - 1)]
 
 
 def and_masks(*mask_mods: MaskMod) -> MaskMod:

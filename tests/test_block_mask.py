@@ -84,7 +84,8 @@ def test_structured_classification_is_exact_or_conservative():
                 assert np.mean(kinds == expected) > 0.5
 
 
-def test_empty_tiles_are_never_read():
+@pytest.mark.parametrize("implementation", ["chunked", "pallas"])
+def test_empty_tiles_are_never_read(implementation):
     """Keys 8..15 are hidden from every query and their values are NaN: a tiled path that read
     their tiles would return NaN (0 · NaN); the dense path has to and does."""
     hide = lambda b, h, q, kv, p: (kv < 8) | (kv >= 16)  # noqa: E731
@@ -92,7 +93,7 @@ def test_empty_tiles_are_never_read():
     v = v.at[:, 8:16].set(jnp.nan)
     block = masks.block_mask(hide, None, None, None, T, S, TILES)
     assert np.all(np.asarray(block.kinds)[..., 1] == EMPTY)
-    out = aj.attention(q, k, v, block_mask=block, implementation="chunked")
+    out = aj.attention(q, k, v, block_mask=block, implementation=implementation)
     assert np.all(np.isfinite(out))
     expected = aj.attention(q, k, v.at[:, 8:16].set(0.0), mask_mod=hide, implementation="xla")
     assert max_rel_error(out, expected) <= FP32_FWD

@@ -1,5 +1,6 @@
 """Score and mask mods (``attnjax.mods``) against dense references built with plain ``bias``,
-``mask`` and callable scores, forward and gradients, on every implementation that takes them.
+``mask`` and callable scores, forward and gradients, on every implementation (Pallas in
+interpret mode on a CPU), and the Pallas kernels' CUDA lowering of every gallery entry.
 
 Queries sit at the end of the keys (``causal_offset = S - T``), so a mod that mixed up
 tile-local and absolute indices would fail.
@@ -14,6 +15,8 @@ import pytest
 
 import attnjax as aj
 from attnjax import mods, scores
+from attnjax.call import AttentionCall
+from attnjax.pallas.mods import lowering_error
 from tests.parity import FP32_FWD, FP32_GRAD, max_rel_error, qkv
 
 B, T, S, N, K, H = 2, 13, 21, 4, 2, 8
@@ -139,7 +142,7 @@ def _loss_and_grads(implementation, name, reference):
     def loss(q, k, v, floats, data):
         params = {**floats, **data}
         kwargs = reference_kwargs(params) if reference else {**mod_kwargs, "mod_params": params}
-        tiles = {"block_sizes": TILES} if implementation == "chunked" else {}
+        tiles = {"block_sizes": TILES} if implementation != "xla" else {}
         out, lse = aj.attention(
             q,
             k,
@@ -163,7 +166,7 @@ def _loss_and_grads(implementation, name, reference):
     return jax.jit(f)
 
 
-@pytest.mark.parametrize("implementation", ["xla", "chunked"])
+@pytest.mark.parametrize("implementation", ["xla", "chunked", "pallas"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_mod_matches_dense_reference_forward_and_gradients(name, implementation):
     q, k, v = qkv(3, B, T, S, N, K, H)
@@ -207,3 +210,20 @@ def test_alibi_slopes_are_the_papers():
 def test_bad_gallery_arguments_raise(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_gallery_mod_lowers_into_the_cuda_kernel(name):
+    """``jax.export(..., platforms=["cuda"])`` of a kernel applying the mod: no GPU needed."""
+    mod_kwargs, params, _ = CASES[name]
+    call = AttentionCall(score=scores.dot, score_params={}, mod_params=params, **mod_kwargs)
+    assert lowering_error(call) is None
+
+
+def test_a_mod_the_kernel_cannot_lower_is_named():
+    def sorted_logits(logits, b, h, q_idx, kv_idx, params):
+        return jnp.sort(logits, axis=-1)
+
+    call = AttentionCall(score=scores.dot, score_params={}, score_mod=sorted_logits)
+    error = lowering_error(call)
+    assert "score_mod" in error and "sorted_logits" in error and "sort" in error

@@ -6,8 +6,10 @@ normalization, ``W`` and the temperature folded into ``q'`` and ``k'``); ``addit
 folding is ordinary JAX, so gradients reach ``score_params`` and ``temperature`` through it;
 the kernels differentiate the rest with their own backward passes.
 
-The kernels target GPUs (Triton); elsewhere they run in Pallas interpret mode (slow: for
-tests). Callables, dense boolean masks and ``bias`` are refused: use ``"chunked"``.
+Score and mask mods are traced into the kernels, which then follow the tile schedule of the
+block mask (:mod:`attnjax.pallas.mods`). The kernels target GPUs (Triton); elsewhere they run
+in Pallas interpret mode (slow: for tests). Callables, dense boolean masks, ``bias`` and mods
+that do not lower for Triton are refused: use ``"chunked"``.
 """
 
 import jax
@@ -17,7 +19,8 @@ from jaxtyping import Array, Float
 
 from attnjax.call import AttentionCall
 from attnjax.masks import MaskSpec
-from attnjax.pallas.flash import Additive, Config, Dot, flash
+from attnjax.pallas.flash import Additive, Config, Dot, Extras, flash
+from attnjax.pallas.mods import lowering_error, padded_leaves, schedules, with_mod_gradients
 from attnjax.scores import _unit
 from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 
@@ -49,14 +52,21 @@ def pallas_attention(
     two (Triton); they are clamped to the next power of two of each sequence length, which is
     padded to whole blocks inside.
     """
-    reason = unsupported(call)
+    interpret = jax.default_backend() != "gpu"
+    reason = unsupported(call) or (None if interpret else lowering_error(call))
     if reason is not None:
         raise ValueError(reason)
     tile_score = TILE_SCORES[call.score_name]
     additive = isinstance(tile_score, Additive)
     batch, num_queries, num_heads, _ = query.shape
     num_keys = key.shape[1]
-    blocks = _check_blocks(call.block_sizes, additive, query.dtype, num_queries, num_keys)
+    requested = call.blocks(None)
+    blocks = _check_blocks(requested, additive, query.dtype, num_queries, num_keys)
+    if call.block_mask is not None and blocks != requested:
+        raise ValueError(
+            f"block_mask: its tiles {requested} are not the kernel's {blocks} (powers of two "
+            "no larger than the next power of two of each length); build it with those"
+        )
     tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
 
     temperature = as_4d(call.temperature)
@@ -70,17 +80,29 @@ def pallas_attention(
     k, v = pad_axis(k, 1, ts), pad_axis(value, 1, ts)
     spec = call.mask_spec
     info, segments = _mask_inputs(spec, batch, num_queries, num_keys, tq, ts)
+    sparse = call.has_mods or call.block_mask is not None
+    extras, treedef = Extras(segments), None
+    if sparse:
+        kinds = call.tile_kinds((batch, num_heads), num_queries, num_keys, blocks)
+        treedef, leaves = padded_leaves(call.mod_params)
+        extras = Extras(segments, *schedules(kinds, num_keys, blocks.block_k), leaves)
     config = Config(
         tile_score=tile_score,
         blocks=blocks,
         is_causal=spec.is_causal,
         window=spec.window,
         segments=segments is not None,
-        interpret=jax.default_backend() != "gpu",
+        interpret=interpret,
         num_warps=4 if additive or q.shape[-1] <= 64 else 8,
+        score_mod=call.score_mod,
+        mask_mod=call.mask_mod,
+        mod_treedef=treedef,
+        sparse=sparse,
     )
-    out, lse = flash(config, q, k, v, w, info, segments)
-    return out[:, :num_queries].astype(query.dtype), None, lse[:, :, :num_queries]
+    out, lse = flash(config, q, k, v, w, info, extras)
+    out, lse = out[:, :num_queries].astype(query.dtype), lse[:, :, :num_queries]
+    out, lse = with_mod_gradients((out, lse), query, key, value, call)
+    return out, None, lse
 
 
 def unsupported(call: AttentionCall) -> str | None:
@@ -91,12 +113,6 @@ def unsupported(call: AttentionCall) -> str | None:
             f"{'a callable' if call.score_name is None else repr(call.score_name)}; use "
             "implementation='chunked' for other scores"
         )
-    for name in ("score_mod", "mask_mod", "block_mask"):
-        if getattr(call, name) is not None:
-            return (
-                f"{name}: implementation='pallas' does not take score or mask mods yet; use "
-                "implementation='chunked'"
-            )
     if call.mask is not None:
         return (
             "mask: implementation='pallas' takes structured masks only (is_causal, lengths, "

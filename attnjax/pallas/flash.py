@@ -10,10 +10,18 @@ the lengths mask entirely.
 A tile score gives a tile's logits and their gradients: :class:`Dot` (``q · k``, for
 dot/scaled_dot/cosine/bilinear once folded into ``q`` and ``k``) and :class:`Additive`
 (``w · act(q[:, None] + k[None])``, forming ``[bq, bk, A]`` only on chip).
+
+Score and mask mods are traced into the kernels: they see the program's batch and head
+(``program_id``), the tile's absolute positions, and their parameters as refs (loaded where
+indexed). With mods, each program follows a tile schedule instead of the causal/window
+ranges: per row of tiles, the count of tiles to visit, then each tile's index ``j`` stored as
+``j + 1`` (partial: masked) or ``-(j + 1)`` (full: no mask).
 """
 
 import dataclasses
 import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -106,6 +114,42 @@ class Config:
     interpret: bool
     num_warps: int = 4
     num_stages: int = 2
+    score_mod: Callable | None = None
+    mask_mod: Callable | None = None
+    mod_treedef: Any = None  # of the mod parameters' leaves (inputs after the schedule)
+    sparse: bool = False  # follow the tile schedule (block mask) instead of ranges
+
+
+class _Refs(NamedTuple):
+    """A kernel's optional inputs (``None`` when absent) and its outputs."""
+
+    w: Any
+    q_seg: Any
+    k_seg: Any
+    schedule: Any
+    mods: list
+    outputs: list
+    batch_head: tuple  # this program's (b, h), read at the kernel's top level
+
+
+def _mod_args(config, refs, info, q_idx, k_idx):
+    """``(b, h, q_idx, kv_idx, params)`` as mods see them in a tile ``[bq, bk]``."""
+    params = jax.tree.unflatten(config.mod_treedef, refs.mods)
+    q_pos = (q_idx + info[0])[:, None]
+    return *refs.batch_head, q_pos, k_idx[None, :], params
+
+
+def _tile_logits(config, refs, info, q, k, w, q_idx, k_idx):
+    """The tile's logits after ``score_mod`` and their derivative with respect to the
+    unmodified logits (``None`` without a score mod: 1)."""
+    s = config.tile_score.logits(q, k, w)
+    if config.score_mod is None:
+        return s, None
+    args = _mod_args(config, refs, info, q_idx, k_idx)
+    modded, slope = jax.jvp(
+        lambda x: config.score_mod(x, *args).astype(jnp.float32), (s,), (jnp.ones_like(s),)
+    )
+    return modded, slope
 
 
 def _info(info_ref):
@@ -113,9 +157,9 @@ def _info(info_ref):
     return info_ref[0], info_ref[1], info_ref[2]
 
 
-def _mask(config, masked, info, q_idx, k_idx, q_seg, k_seg):
-    """The tile's mask ``[bq, bk]`` from the shared rules, lengths and segment ids; ``None``
-    for an unmasked (fully visible) tile."""
+def _mask(config, refs, masked, info, q_idx, k_idx, q_seg, k_seg):
+    """The tile's mask ``[bq, bk]`` from the shared rules, lengths, segment ids and
+    ``mask_mod``; ``None`` for an unmasked (fully visible) tile."""
     if not masked:
         return None
     offset, q_len, k_len = info
@@ -128,6 +172,9 @@ def _mask(config, masked, info, q_idx, k_idx, q_seg, k_seg):
     mask = jnp.broadcast_to(spec.block(q_idx, k_idx), (1, 1, *shape)).reshape(shape)
     if config.segments:
         mask = mask & (q_seg[:, None] == k_seg[None, :])
+    if config.mask_mod is not None:
+        allowed = config.mask_mod(*_mod_args(config, refs, info, q_idx, k_idx))
+        mask = mask & jnp.broadcast_to(allowed, shape)
     return mask
 
 
@@ -137,16 +184,33 @@ def _spec(config, offset):
 
 
 def _refs(config, refs, count):
-    """Split a kernel's refs: (the ``count`` fixed inputs, w, q_seg, k_seg, the outputs).
-
-    The optional inputs are ``None`` when absent.
-    """
+    """Split a kernel's refs: the ``count`` fixed inputs and the :class:`_Refs`."""
     refs = list(refs)
-    head = refs[:count]
-    rest = refs[count:]
+    head, rest = refs[:count], refs[count:]
     w = rest.pop(0) if isinstance(config.tile_score, Additive) else None
     segs = (rest.pop(0), rest.pop(0)) if config.segments else (None, None)
-    return head, w, *segs, rest
+    schedule = rest.pop(0) if config.sparse else None
+    num_mods = 0 if config.mod_treedef is None else config.mod_treedef.num_leaves
+    mods, outputs = rest[:num_mods], rest[num_mods:]
+    batch_head = (pl.program_id(0), pl.program_id(1))
+    return head, _Refs(w, *segs, schedule, mods, outputs, batch_head)
+
+
+def _loop(config, refs, ranges, body, carry):
+    """Run ``body(masked)(j, carry)`` over the row's tiles: the schedule when sparse, else the
+    ranges ``(lo, full_lo, full_hi, hi)`` of :func:`split_loop`."""
+    if not config.sparse:
+        return split_loop(*ranges(), body, carry)
+    schedule = refs.schedule
+
+    def step(n, carry):
+        entry = schedule[n + 1]
+        j = jnp.abs(entry) - 1
+        return jax.lax.cond(
+            entry < 0, lambda c: body(False)(j, c), lambda c: body(True)(j, c), carry
+        )
+
+    return jax.lax.fori_loop(0, schedule[0], step, carry)
 
 
 def _key_blocks(config, info, q_start, num_k_blocks):
@@ -176,22 +240,22 @@ def _query_blocks(config, info, k_start, num_q_blocks):
 
 
 def _forward_kernel(config, *refs):
-    (q_ref, k_ref, v_ref, info_ref), w_ref, qs_ref, ks_ref, (o_ref, lse_ref) = _refs(
-        config, refs, 4
-    )
+    (q_ref, k_ref, v_ref, info_ref), r = _refs(config, refs, 4)
+    o_ref, lse_ref = r.outputs
     bq, bk = config.blocks.block_q, config.blocks.block_k
     q_start = pl.program_id(2) * bq
     info = _info(info_ref)
-    q, w = q_ref[...], None if w_ref is None else w_ref[...]
+    q, w = q_ref[...], None if r.w is None else r.w[...]
     q_idx = q_start + jnp.arange(bq)
-    q_seg = None if qs_ref is None else qs_ref[...]
+    q_seg = None if r.q_seg is None else r.q_seg[...]
 
     def body(masked):
         def step(j, carry):
             keys = pl.ds(j * bk, bk)
-            k_seg = None if ks_ref is None else ks_ref[keys]
-            s = config.tile_score.logits(q, k_ref[keys, :], w)
-            mask = _mask(config, masked, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
+            k_idx = j * bk + jnp.arange(bk)
+            k_seg = None if r.k_seg is None else r.k_seg[keys]
+            s, _ = _tile_logits(config, r, info, q, k_ref[keys, :], w, q_idx, k_idx)
+            mask = _mask(config, r, masked, info, q_idx, k_idx, q_seg, k_seg)
             return online_step(
                 carry,
                 s,
@@ -201,45 +265,48 @@ def _forward_kernel(config, *refs):
 
         return step
 
+    num_k_blocks = k_ref.shape[0] // bk
+    ranges = functools.partial(_key_blocks, config, info, q_start, num_k_blocks)
     init = online_init((bq,), v_ref.shape[-1])
-    out, lse = online_finish(
-        split_loop(*_key_blocks(config, info, q_start, k_ref.shape[0] // bk), body, init)
-    )
+    out, lse = online_finish(_loop(config, r, ranges, body, init))
     valid = q_idx < info[1]  # unmasked tiles also fill rows past the query length
     o_ref[...] = jnp.where(valid[:, None], out, 0.0).astype(o_ref.dtype)
     lse_ref[...] = jnp.where(valid, lse, -jnp.inf)
 
 
 def _dkv_kernel(config, *refs):
-    (q_ref, k_ref, v_ref, info_ref, do_ref, lse_ref, delta_ref), w_ref, qs_ref, ks_ref, outs = (
-        _refs(config, refs, 7)
-    )
-    dk_ref, dv_ref, *dw_ref = outs
+    (q_ref, k_ref, v_ref, info_ref, do_ref, lse_ref, delta_ref), r = _refs(config, refs, 7)
+    dk_ref, dv_ref, *dw_ref = r.outputs
     bq, bk = config.blocks.block_q, config.blocks.block_k
     k_start = pl.program_id(2) * bk
     info = _info(info_ref)
-    k, v, w = k_ref[...], v_ref[...], None if w_ref is None else w_ref[...]
+    k, v, w = k_ref[...], v_ref[...], None if r.w is None else r.w[...]
     k_idx = k_start + jnp.arange(bk)
-    k_seg = None if ks_ref is None else ks_ref[...]
+    k_seg = None if r.k_seg is None else r.k_seg[...]
 
     def body(masked):
         def step(i, carry):
             dk, dv, dw = carry
             rows = pl.ds(i * bq, bq)
+            q_idx = i * bq + jnp.arange(bq)
             q, do = q_ref[rows, :], do_ref[rows, :]
-            q_seg = None if qs_ref is None else qs_ref[rows]
-            mask = _mask(config, masked, info, i * bq + jnp.arange(bq), k_idx, q_seg, k_seg)
-            p = recomputed_probs(config.tile_score.logits(q, k, w), lse_ref[rows], mask)
+            q_seg = None if r.q_seg is None else r.q_seg[rows]
+            mask = _mask(config, r, masked, info, q_idx, k_idx, q_seg, k_seg)
+            s, slope = _tile_logits(config, r, info, q, k, w, q_idx, k_idx)
+            p = recomputed_probs(s, lse_ref[rows], mask)
             dv = dv + _dot(p.astype(do.dtype), do, (0, 0))
             ds = p * (_dot(do, v, (1, 1)) - delta_ref[rows][:, None])
+            ds = ds if slope is None else ds * slope
             dk_t, dw_t = config.tile_score.grad_k_w(ds, q, k, w)
             return dk + dk_t, dv, None if dw is None else dw + dw_t
 
         return step
 
-    dw = None if w_ref is None else jnp.zeros(w.shape, jnp.float32)
+    num_q_blocks = q_ref.shape[0] // bq
+    ranges = functools.partial(_query_blocks, config, info, k_start, num_q_blocks)
+    dw = None if r.w is None else jnp.zeros(w.shape, jnp.float32)
     init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32), dw)
-    dk, dv, dw = split_loop(*_query_blocks(config, info, k_start, q_ref.shape[0] // bq), body, init)
+    dk, dv, dw = _loop(config, r, ranges, body, init)
     dk_ref[...] = dk
     dv_ref[...] = dv
     if dw_ref:
@@ -247,35 +314,34 @@ def _dkv_kernel(config, *refs):
 
 
 def _dq_kernel(config, *refs):
-    (
-        (q_ref, k_ref, v_ref, info_ref, do_ref, lse_ref, delta_ref),
-        w_ref,
-        qs_ref,
-        ks_ref,
-        (dq_ref,),
-    ) = _refs(config, refs, 7)
+    (q_ref, k_ref, v_ref, info_ref, do_ref, lse_ref, delta_ref), r = _refs(config, refs, 7)
+    (dq_ref,) = r.outputs
     bq, bk = config.blocks.block_q, config.blocks.block_k
     q_start = pl.program_id(2) * bq
     info = _info(info_ref)
-    q, w = q_ref[...], None if w_ref is None else w_ref[...]
+    q, w = q_ref[...], None if r.w is None else r.w[...]
     do, lse, delta = do_ref[...], lse_ref[...], delta_ref[...]
     q_idx = q_start + jnp.arange(bq)
-    q_seg = None if qs_ref is None else qs_ref[...]
+    q_seg = None if r.q_seg is None else r.q_seg[...]
 
     def body(masked):
         def step(j, dq):
             keys = pl.ds(j * bk, bk)
+            k_idx = j * bk + jnp.arange(bk)
             k = k_ref[keys, :]
-            k_seg = None if ks_ref is None else ks_ref[keys]
-            mask = _mask(config, masked, info, q_idx, j * bk + jnp.arange(bk), q_seg, k_seg)
-            p = recomputed_probs(config.tile_score.logits(q, k, w), lse, mask)
+            k_seg = None if r.k_seg is None else r.k_seg[keys]
+            mask = _mask(config, r, masked, info, q_idx, k_idx, q_seg, k_seg)
+            s, slope = _tile_logits(config, r, info, q, k, w, q_idx, k_idx)
+            p = recomputed_probs(s, lse, mask)
             ds = p * (_dot(do, v_ref[keys, :], (1, 1)) - delta[:, None])
+            ds = ds if slope is None else ds * slope
             return dq + config.tile_score.grad_q(ds, q, k, w)
 
         return step
 
-    init = jnp.zeros(q.shape, jnp.float32)
-    dq_ref[...] = split_loop(*_key_blocks(config, info, q_start, k_ref.shape[0] // bk), body, init)
+    num_k_blocks = k_ref.shape[0] // bk
+    ranges = functools.partial(_key_blocks, config, info, q_start, num_k_blocks)
+    dq_ref[...] = _loop(config, r, ranges, body, jnp.zeros(q.shape, jnp.float32))
 
 
 def _specs(config, shapes, program_axis):
@@ -304,15 +370,40 @@ def _specs(config, shapes, program_axis):
     }
 
 
-def _extras(config, specs, w, segments):
-    """The optional inputs (score vector, segment ids) and their specs."""
+class Extras(NamedTuple):
+    """Optional kernel inputs beyond the score vector: segment ids ``([B, Tp], [B, Sp])``,
+    the tile schedules per query block ``[B', N', Tq, P]`` and per key block
+    ``[B', N', Sk, P]`` (``B'``, ``N'`` 1 or full), and the mod parameters' leaves."""
+
+    segments: tuple[Array, Array] | None = None
+    rows: Array | None = None
+    cols: Array | None = None
+    mods: tuple[Array, ...] = ()
+
+
+def _extras(config, specs, w, extras, program_axis):
+    """The optional inputs (score vector, segment ids, schedule, mod parameters) and their
+    specs, in the order :func:`_refs` reads them."""
     arrays, in_specs = [], []
     if w is not None:
         arrays.append(w)
         in_specs.append(pl.BlockSpec((None, None, w.shape[-1]), lambda b, n, i: (b, n, 0)))
     if config.segments:
-        arrays += list(segments)
+        arrays += list(extras.segments)
         in_specs += [specs["q_seg"], specs["k_seg"]]
+    if config.sparse:
+        schedule = extras.rows if program_axis == "q" else extras.cols
+        per_b, per_n = schedule.shape[0] > 1, schedule.shape[1] > 1
+        arrays.append(schedule)
+        in_specs.append(
+            pl.BlockSpec(
+                (None, None, None, schedule.shape[-1]),
+                lambda b, n, i: (b if per_b else 0, n if per_n else 0, i, 0),
+            )
+        )
+    for leaf in extras.mods:
+        arrays.append(leaf)
+        in_specs.append(pl.BlockSpec(leaf.shape, lambda b, n, i, nd=leaf.ndim: (0,) * nd))
     return arrays, in_specs
 
 
@@ -331,11 +422,11 @@ def _call(config, kernel, grid, in_specs, out_specs, out_shape, *args):
     )(*args)
 
 
-def _forward(config, q, k, v, w, info, segments):
+def _forward(config, q, k, v, w, info, extras):
     batch, tq, num_heads, _ = q.shape
     hv = v.shape[-1]
     specs = _specs(config, (q.shape, k.shape, hv), "q")
-    extras, extra_specs = _extras(config, specs, w, segments)
+    extras, extra_specs = _extras(config, specs, w, extras, "q")
     return _call(
         config,
         _forward_kernel,
@@ -362,19 +453,20 @@ def flash(
     v: Float[Array, "B Sp K Hv"],
     w: Float[Array, "B N A"] | None,
     info: Int[Array, "B 4"],
-    segments: tuple[Int[Array, "B Tp"], Int[Array, "B Sp"]] | None,
+    extras: Extras,
 ) -> tuple[Float[Array, "B Tp N Hv"], Float[Array, "B N Tp"]]:
-    """``(output, lse)`` of the prepared inputs, differentiable in ``q``, ``k``, ``v``, ``w``."""
-    return _forward(config, q, k, v, w, info, segments)
+    """``(output, lse)`` of the prepared inputs, differentiable in ``q``, ``k``, ``v``, ``w``
+    (mod parameters get their gradients elsewhere: see :mod:`attnjax.pallas.attention`)."""
+    return _forward(config, q, k, v, w, info, extras)
 
 
-def _flash_fwd(config, q, k, v, w, info, segments):
-    out, lse = _forward(config, q, k, v, w, info, segments)
-    return (out, lse), (q, k, v, w, info, segments, out, lse)
+def _flash_fwd(config, q, k, v, w, info, extras):
+    out, lse = _forward(config, q, k, v, w, info, extras)
+    return (out, lse), (q, k, v, w, info, extras, out, lse)
 
 
 def _flash_bwd(config, residuals, cotangents):
-    q, k, v, w, info, segments, out, lse = residuals
+    q, k, v, w, info, extras, out, lse = residuals
     d_out, d_lse = cotangents
     batch, tq, num_heads, d = q.shape
     ts, num_kv, hv = k.shape[1], k.shape[2], v.shape[-1]
@@ -384,7 +476,7 @@ def _flash_bwd(config, residuals, cotangents):
     args = (q, k, v, info, d_out, lse, delta)
 
     specs = _specs(config, (q.shape, k.shape, hv), "k")
-    extras, extra_specs = _extras(config, specs, w, segments)
+    key_extras, extra_specs = _extras(config, specs, w, extras, "k")
     in_specs = [specs[n] for n in ("q", "k", "v", "info", "do", "row", "row")] + extra_specs
     per_head = lambda b, n, i: (b, i, n, 0)  # noqa: E731
     out_specs = [
@@ -407,12 +499,12 @@ def _flash_bwd(config, residuals, cotangents):
         out_specs,
         out_shape,
         *args,
-        *extras,
+        *key_extras,
     )
     group_sum = lambda x: x.reshape(batch, ts, num_kv, -1, x.shape[-1]).sum(axis=3)  # noqa: E731
 
     specs = _specs(config, (q.shape, k.shape, hv), "q")
-    _, extra_specs = _extras(config, specs, w, segments)
+    query_extras, extra_specs = _extras(config, specs, w, extras, "q")
     in_specs = [specs[n] for n in ("q", "k", "v", "info", "do", "row", "row")] + extra_specs
     dq = _call(
         config,
@@ -422,7 +514,7 @@ def _flash_bwd(config, residuals, cotangents):
         specs["q"],
         jax.ShapeDtypeStruct(q.shape, jnp.float32),
         *args,
-        *extras,
+        *query_extras,
     )
     dw = None if w is None else dw[0].sum(axis=2).astype(w.dtype)
     return (
