@@ -158,17 +158,18 @@ def _check_implementation(implementation: str, return_weights: bool, call: Atten
 def _cudnn_refuses(call: AttentionCall) -> str | None:
     """Why ``jax.nn``'s cuDNN kernel cannot run this call, or ``None``."""
     spec = call.mask_spec
-    offset = spec.offset
+    dot = call.score_name in ("dot", "scaled_dot")
+    scale = call.score_params.get("scale", 1.0) if dot else None
     reasons = {
         "a GPU backend": jax.default_backend() == "gpu",
-        "score 'dot' or 'scaled_dot'": call.score_name in ("dot", "scaled_dot"),
-        "a fixed scale": not isinstance(call.score_params.get("scale", 1.0), jax.core.Tracer)
-        and jnp.size(call.score_params.get("scale", 1.0)) == 1,
+        "score 'dot' or 'scaled_dot'": dot,
+        "a fixed scalar scale": not dot
+        or (not isinstance(scale, jax.core.Tracer) and jnp.size(scale) == 1),
         "no score_mod, mask_mod, block_mask, temperature or segment ids": not call.has_mods
         and call.block_mask is None
         and call.temperature is None
         and spec.q_segment_ids is None,
-        "causal_offset 0": not isinstance(offset, jax.core.Tracer) and int(offset) == 0,
+        "causal_offset 0": not isinstance(spec.offset, jax.core.Tracer) and int(spec.offset) == 0,
     }
     missing = [need for need, ok in reasons.items() if not ok]
     if not missing:

@@ -44,12 +44,11 @@ def chunked_attention(
     num_queries, num_keys = query.shape[1], key.shape[1]
     default = DEFAULT_BLOCKS if call.score_hidden is None else DEFAULT_HIDDEN_BLOCKS
     blocks = call.blocks(default).clamp(num_queries, num_keys)
-    spec = call.mask_spec
     config = _Config(
         blocks=blocks,
         num_queries=num_queries,
         num_keys=num_keys,
-        rules=call.mask_mod is not None or spec.block(jnp.arange(1), jnp.arange(1)) is not None,
+        rules=call.mask_mod is not None or call.mask_spec.active,
     )
     tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
     q = pad_axis(jnp.swapaxes(query, 1, 2), 2, tq)
@@ -72,7 +71,9 @@ def chunked_attention(
 @dataclasses.dataclass(frozen=True)
 class _Config:
     """The static part of one call: the clamped blocks, the unpadded lengths, and whether
-    any rule or ``mask_mod`` masks elements (else every visited tile is full)."""
+    any rule or ``mask_mod`` masks elements (else every tile is visited and full, and the
+    loops have static trip counts: a dynamic one costs XLA one more tile of memory in the
+    backward pass, measured with additive scores)."""
 
     blocks: BlockSizes
     num_queries: int
@@ -176,7 +177,8 @@ def _forward(config, q, k, v, call, schedule):
             return online_step(carry, s, mask, weighted_sum)
 
         init = online_init((batch, heads, bq), hv)
-        return online_finish(jax.lax.fori_loop(0, schedule.key_counts[i], body, init))
+        count = schedule.key_counts[i] if config.rules else k.shape[2] // bk
+        return online_finish(jax.lax.fori_loop(0, count, body, init))
 
     out, lse = jax.lax.map(query_block, jnp.arange(tq // bq))
     out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, tq, hv)
@@ -251,7 +253,8 @@ def _attention_bwd(config, residuals, cotangents):
             )
 
         init = (*carry, jnp.zeros(k_blk.shape, jnp.float32), jnp.zeros(v_blk.shape, jnp.float32))
-        *carry, dk_blk, dv_blk = jax.lax.fori_loop(0, schedule.query_counts[j], body, init)
+        count = schedule.query_counts[j] if config.rules else q.shape[2] // bq
+        *carry, dk_blk, dv_blk = jax.lax.fori_loop(0, count, body, init)
         return tuple(carry), (dk_blk, dv_blk)
 
     init = (

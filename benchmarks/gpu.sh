@@ -2,7 +2,8 @@
 # The GPU figures of docs/performance.md, in one run on a machine with an NVIDIA GPU and JAX:
 # the Pallas kernels compiled by Triton against the dense reference, jax.nn and cuDNN
 # (tests/test_pallas_gpu.py), then benchmarks/attention.py for bf16 at T=8192 (H=128, block
-# sizes tried), float32 at T=2048 (with additive scoring) and additive scoring at T=32768.
+# sizes tried), float32 at T=2048 (with additive scoring), additive scoring at T=32768, and
+# benchmarks/mods.py (its GPU group: the kernel with softcap + ALiBi against without mods).
 #
 #   bash benchmarks/gpu.sh [RESULTS_DIR]     # default: gpu_results/
 set -uo pipefail
@@ -24,3 +25,4 @@ bench --dtype bfloat16 --head-dim 128 --batch 2 --heads 16 --lengths 8192 \
 bench --dtype float32 --lengths 2048 --max-temp-gib 60 2>&1 | tee "$out/fp32_t2048.md"
 bench --dtype float32 --lengths 32768 --causal 0 --passes fwd --additive-max-length 32768 \
   --max-temp-gib 100 --impls "additive dense" "additive pallas" 2>&1 | tee "$out/additive_t32768.md"
+timeout 300 python3 benchmarks/mods.py 2>&1 | tee "$out/mods.md"

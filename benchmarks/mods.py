@@ -16,6 +16,8 @@ once and passed with ``block_mask=``; building one is its own row.
 - relative bias: forward+backward with a learnable ``relative_position_bias``: temporary
   memory at length/4, length/2 and length, and the table's gradient against the dense
   reference (a ``bias`` array gathered from the table) at length/8.
+- GPU only: the Pallas kernel, causal, bfloat16, B=2, N=16, H=128, with ``softcap`` and
+  ``alibi`` against the same kernel without mods.
 """
 
 import argparse
@@ -174,6 +176,26 @@ def relative_bias_group(length, repeats):
     )
 
 
+def gpu_group(length, repeats):
+    ks = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(key, (2, length, 16, 128), jnp.bfloat16) for key in ks)
+    score_mod = mods.compose(mods.softcap(30.0), mods.alibi(16))
+    group(
+        f"Pallas, causal, bfloat16, B=2 N=16 H=128, T={length}",
+        {
+            "pallas": lambda q, k, v: aj.attention(
+                q, k, v, is_causal=True, implementation="pallas"
+            ),
+            "pallas, softcap(30) + alibi": lambda q, k, v: aj.attention(
+                q, k, v, is_causal=True, score_mod=score_mod, implementation="pallas"
+            ),
+        },
+        (q, k, v),
+        repeats,
+        same_output=False,
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", type=int, default=8192)
@@ -188,6 +210,8 @@ def main():
     window_group(args.length, blocks, args.repeats)
     softcap_group(args.length // 2, args.repeats)
     relative_bias_group(args.length, args.repeats)
+    if jax.default_backend() == "gpu":
+        gpu_group(args.length, args.repeats)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
 

@@ -101,3 +101,34 @@ def test_matches_jax_nn_and_cudnn(dtype, tol):
     if dtype == jnp.bfloat16:
         cudnn = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
         assert max_rel_error(actual, cudnn) <= tol
+
+
+def test_mods_and_block_mask_on_the_gpu_kernels():
+    """Score and mask mods compiled by Triton: causal + softcap + ALiBi + a learnable relative
+    bias, with a document mask (per-batch ids, a block mask); forward and gradients, the
+    relative bias table's included."""
+    from attnjax import masks, mods
+
+    q, k, v = qkv(5, B, T, S, N, K, H)
+    ids = jnp.repeat(jnp.arange(3), jnp.array([100, 133, 100]))[None].repeat(B, 0)
+    table = jax.random.normal(jax.random.key(2), (N, 32))
+    score_mod = mods.compose(mods.relative_position_bias(), mods.alibi(N), mods.softcap(20.0))
+    document = mods.document()
+    block = masks.block_mask(
+        document, {"document_ids": ids}, B, None, T, S, BlockSizes(64, 32),
+        causal_offset=S - T,
+    )  # fmt: skip
+
+    def loss(q, k, v, table, implementation):
+        out = aj.attention(
+            q, k, v, is_causal=True, causal_offset=S - T, score_mod=score_mod,
+            mask_mod=document, mod_params={"document_ids": ids, "relative_bias": table},
+            implementation=implementation,
+            block_mask=block if implementation == "pallas" else None,
+        )  # fmt: skip
+        return jnp.sum(out * jnp.cos(out)), out
+
+    grad = jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True)
+    expected, actual = (grad(q, k, v, table, impl) for impl in ("xla", "pallas"))
+    assert max_rel_error(actual[1], expected[1]) <= FP32_FWD
+    assert max_rel_error(actual[0], expected[0]) <= 1e-4

@@ -2,6 +2,8 @@
 
 import pathlib
 import re
+import subprocess
+import sys
 
 from attnjax import cli
 
@@ -11,10 +13,10 @@ README = (ROOT / "README.md").read_text()
 
 def test_readme_python_examples_run():
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    expected = [("out", (2, 128, 8, 64)), ("logits", (8, 16, 10))]
+    expected = [("out", (2, 128, 8, 64)), ("out", (2, 128, 8, 64)), ("logits", (8, 16, 10))]
     assert len(blocks) == len(expected)
+    namespace = {}  # the blocks build on each other, as a reader runs them
     for block, (name, shape) in zip(blocks, expected, strict=True):
-        namespace = {}
         exec(block, namespace)
         assert namespace[name].shape == shape
 
@@ -33,3 +35,10 @@ def test_demo_command_is_documented_and_runs(capsys):
     var_dot = {int(r[0]): float(r[1]) for r in rows if len(r) == 7}
     assert abs(var_dot[1024] / 1024 - 1) < 0.1 and abs(var_dot[4] / 4 - 1) < 0.1
     assert "max |difference|" in printed
+
+
+def test_api_reference_is_generated_from_the_package():
+    result = subprocess.run(
+        [sys.executable, "docs/api.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr

@@ -118,6 +118,14 @@ class MaskSpec:
             else None,
         )
 
+    @property
+    def active(self) -> bool:
+        """Whether any rule masks anything."""
+        lengths = self.q_lengths is not None or self.kv_lengths is not None
+        return (
+            self.is_causal or self.window is not None or lengths or self.q_segment_ids is not None
+        )
+
     def diff_bounds(self) -> tuple[int | None, int | None]:
         """Bounds on ``s - (t + offset)`` for a visible key, from the causal and window rules."""
         low, high = None, None
