@@ -17,7 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from attnjax.masks import BlockMask, MaskSpec, TileKinds, block_mask, combine, mod_indices
+from attnjax.masks import (
+    PARTIAL,
+    BlockMask,
+    MaskSpec,
+    TileKinds,
+    block_mask,
+    combine,
+    mod_indices,
+)
 from attnjax.scores import SCORES
 from attnjax.tiling import BlockSizes
 
@@ -117,10 +125,14 @@ class AttentionCall:
         self, batch_heads: tuple[int, int], num_queries: int, num_keys: int, blocks: BlockSizes
     ) -> TileKinds:
         """Each tile's kind under the structured rules and the block mask, built here from
-        ``mask_mod`` when none was given."""
+        ``mask_mod`` when none was given. A block mask built for another ``causal_offset``
+        (possibly known only at run time) classifies nothing: its tiles all count as partial."""
         kinds = self.mask_spec.classify(num_queries, num_keys, blocks)
         block = self.block_mask
-        if block is None and self.mask_mod is not None:
+        if block is not None:
+            same_offset = jnp.asarray(block.offset) == self.mask_spec.offset
+            return jnp.minimum(kinds, jnp.where(same_offset, block.kinds, PARTIAL))
+        if self.mask_mod is not None:
             block = block_mask(
                 self.mask_mod,
                 self.mod_params,
@@ -130,7 +142,8 @@ class AttentionCall:
                 blocks,
                 causal_offset=self.mask_spec.offset,
             )
-        return kinds if block is None else jnp.minimum(kinds, block.kinds)
+            kinds = jnp.minimum(kinds, block.kinds)
+        return kinds
 
     def blocks(self, default: BlockSizes) -> BlockSizes:
         """The tiles to use: the block mask's, else ``block_sizes``, else ``default``."""
@@ -195,9 +208,7 @@ def prepare(
     broadcast = functools.partial(_check_broadcast, logits_shape=logits_shape, batched=batched)
     fn, params, hidden = _resolve_score(score, score_params, scale, num_heads, head_dim)
     mask_spec = _mask_spec(mask_args, batch, num_queries, num_keys)
-    mask_mod, block_mask = _check_mods(
-        score_mod, mask_mod, block_mask, block_sizes, logits_shape, mask_spec.offset
-    )
+    mask_mod, block_mask = _check_mods(score_mod, mask_mod, block_mask, block_sizes, logits_shape)
     call = AttentionCall(
         score=fn,
         score_params=params,
@@ -252,7 +263,7 @@ def _mask_spec(args: dict[str, Any], batch: int, num_queries: int, num_keys: int
     )
 
 
-def _check_mods(score_mod, mask_mod, block_mask, block_sizes, logits_shape, offset):
+def _check_mods(score_mod, mask_mod, block_mask, block_sizes, logits_shape):
     """``(mask_mod, block_mask)``, the mask mod taken from the block mask when not given."""
     for name, mod in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if mod is not None and not callable(mod):
@@ -286,11 +297,6 @@ def _check_mods(score_mod, mask_mod, block_mask, block_sizes, logits_shape, offs
         raise ValueError(
             f"block_sizes: {block_sizes} differs from the block mask's {block_mask.block_sizes}; "
             "the tiles are the block mask's (leave block_sizes out)"
-        )
-    concrete = not any(isinstance(x, jax.core.Tracer) for x in (offset, block_mask.offset))
-    if concrete and int(offset) != int(block_mask.offset):
-        raise ValueError(
-            f"causal_offset: {int(offset)} differs from the block mask's {int(block_mask.offset)}"
         )
     return block_mask.mask_mod, block_mask
 

@@ -123,12 +123,13 @@ def test_block_mask_errors_name_the_argument():
         aj.attention(q, k, v, block_mask=block, block_sizes=aj.BlockSizes(8, 8))
     with pytest.raises(ValueError, match="mask_mod"):
         aj.attention(q, k, v, block_mask=block, mask_mod=mods.causal())
-    with pytest.raises(ValueError, match="causal_offset"):
-        aj.attention(q, k, v, block_mask=block, causal_offset=3)
     with pytest.raises(ValueError, match="block_mask"):
         aj.attention(q[:, :5], k, v, block_mask=block)
-    with pytest.raises(TypeError, match="mask_mod"):
-        aj.attention(q, k, v, mask_mod=lambda b, h, qi, ki, p: qi - ki, implementation="xla")
+    for implementation in ("xla", "chunked"):
+        with pytest.raises(TypeError, match="mask_mod: must return booleans"):
+            aj.attention(
+                q, k, v, mask_mod=lambda b, h, qi, ki, p: qi - ki, implementation=implementation
+            )
     with pytest.raises(ValueError, match="score_mod"):
         aj.attention(q, k, v, score_mod=lambda s, b, h, qi, ki, p: s[..., :1])
 
@@ -137,3 +138,21 @@ def test_block_mask_plot_draws_each_tile():
     block = masks.block_mask(mods.causal(), None, None, None, T, S, TILES)
     ax = block.plot()
     assert ax.images[0].get_array().shape == block.kinds.shape[2:]
+
+
+def test_a_block_mask_for_another_offset_stays_correct_under_jit():
+    """Built for ``causal_offset=0`` and used at a traced offset 8: the tiles all count as
+    partial, so nothing is skipped wrongly."""
+    q, k, v = qkv(1, B, T, S, N, K, H)
+    window = mods.sliding_window(2)
+    block = masks.block_mask(window, None, None, None, T, S, TILES)
+
+    def call(offset, implementation, **kwargs):
+        return aj.attention(
+            q, k, v, causal_offset=offset, implementation=implementation, **kwargs
+        )  # fmt: skip
+
+    expected = call(8, "xla", mask_mod=window)
+    for implementation in ("chunked", "pallas"):
+        out = jax.jit(call, static_argnums=1)(8, implementation, block_mask=block)
+        assert max_rel_error(out, expected) <= FP32_FWD

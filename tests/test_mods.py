@@ -272,3 +272,22 @@ def test_mask_mod_joins_every_other_mask_and_empty_rows_give_zeros(implementatio
     odd = np.asarray(Q_POS[:, 0] % 2 == 1)
     assert odd.any() and np.all(np.asarray(out)[:, odd] == 0)
     assert np.all(np.asarray(dq)[:, odd] == 0)
+
+
+@pytest.mark.parametrize("implementation", ["chunked", "pallas"])
+def test_mod_parameter_gradients_under_vmap(implementation):
+    """Examples vmapped over a shared learnable slope vector: its gradient is the sum over
+    examples, as on the dense path (each example's own cotangent, not the batch's total)."""
+    q, k, v = qkv(7, 3, T, S, N, K, H)  # the leading axis is vmapped, each example unbatched
+
+    def loss(slopes, impl):
+        def one(q, k, v):
+            return aj.attention(
+                q, k, v, score_mod=mods.alibi(param="slopes"), mod_params={"slopes": slopes},
+                implementation=impl,
+            )  # fmt: skip
+
+        return jnp.sum(jnp.sin(jax.vmap(one)(q, k, v)))
+
+    expected = jax.grad(loss)(SLOPES, "xla")
+    assert max_rel_error(jax.grad(loss)(SLOPES, implementation), expected) <= FP32_GRAD

@@ -108,10 +108,12 @@ def block_mask(
 
     def classify(tile: Int[ArrayLike, ""]) -> Int[ArrayLike, "B N"]:
         q_idx, k_idx = (tile // nk) * bq + jnp.arange(bq), (tile % nk) * bk + jnp.arange(bk)
-        allowed = jnp.broadcast_to(
-            mask_mod(*mod_indices(b, h, q_idx, k_idx, causal_offset), mod_params),
-            (b, h, bq, bk),
-        )
+        allowed = jnp.asarray(mask_mod(*mod_indices(b, h, q_idx, k_idx, causal_offset), mod_params))
+        if allowed.dtype != bool:
+            raise TypeError(
+                f"mask_mod: must return booleans (True = may attend), got {allowed.dtype}"
+            )
+        allowed = jnp.broadcast_to(allowed, (b, h, bq, bk))
         valid = (q_idx < num_queries)[:, None] & (k_idx < num_keys)[None, :]
         every = jnp.all(allowed | ~valid, axis=(2, 3))
         some = jnp.any(allowed & valid, axis=(2, 3))

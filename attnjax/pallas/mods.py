@@ -4,8 +4,9 @@
   row of tiles, the count of tiles to visit and their indices (see :mod:`attnjax.pallas.flash`).
 - Parameters: each leaf of ``mod_params`` is a whole-array kernel input, padded to powers of
   two (Triton's blocks) by repeating its last entries, so clamped indices read the same values.
-- Gradients of float ``mod_params``: the kernels do not form them; a zero-valued term whose
-  VJP is the chunked path's adds them (one extra chunked pass, in the backward pass only).
+- Gradients of float ``mod_params``: the kernels do not form them; an identity on the
+  outputs whose VJP also runs the chunked path's supplies them (one extra chunked pass, in the
+  backward pass only).
 - :func:`lowering_error`: whether a mod lowers to a Triton kernel, checked before use on GPU.
 """
 
@@ -57,29 +58,27 @@ def padded_leaves(mod_params: Any) -> tuple[Any, tuple[Array, ...]]:
 
 
 def with_mod_gradients(outputs, query, key, value, call: AttentionCall):
-    """``outputs`` (output, lse) plus zeros whose VJP gives the float ``mod_params`` their
-    gradient through :func:`attnjax.chunked.chunked_attention`."""
+    """``outputs`` (output, lse) unchanged, with a VJP that also gives the float
+    ``mod_params`` their gradient through :func:`attnjax.chunked.chunked_attention`."""
     floats, data = split_floats(call.mod_params)
     if not jax.tree.leaves(floats):
         return outputs
     rest = dataclasses.replace(call, mod_params=data)
-    return jax.tree.map(jnp.add, outputs, _zeros_with_mod_vjp(floats, query, key, value, rest))
+    return _with_mod_vjp(outputs, floats, query, key, value, rest)
 
 
 @jax.custom_vjp
-def _zeros_with_mod_vjp(floats, query, key, value, call):
-    batch, num_queries, num_heads, _ = query.shape
-    return (
-        jnp.zeros((batch, num_queries, num_heads, value.shape[-1]), query.dtype),
-        jnp.zeros((batch, num_heads, num_queries), jnp.float32),
-    )
+def _with_mod_vjp(outputs, floats, query, key, value, call):
+    return outputs
 
 
-def _zeros_fwd(floats, query, key, value, call):
-    return _zeros_with_mod_vjp(floats, query, key, value, call), (floats, query, key, value, call)
+def _mod_vjp_fwd(outputs, floats, query, key, value, call):
+    return outputs, (floats, query, key, value, call)
 
 
-def _zeros_bwd(residuals, cotangents):
+def _mod_vjp_bwd(residuals, cotangents):
+    """The outputs' cotangents pass through; the mod parameters' come from the chunked path
+    (the outputs carry any batching, so under ``vmap`` each example gets its own)."""
     floats, query, key, value, call = residuals
 
     def attention(f):
@@ -92,10 +91,10 @@ def _zeros_bwd(residuals, cotangents):
     d_out, d_lse = cotangents
     finite = jnp.isfinite(d_lse)
     (d_floats,) = jax.vjp(attention, floats)[1]((d_out, jnp.where(finite, d_lse, 0.0)))
-    return d_floats, None, None, None, None
+    return cotangents, d_floats, None, None, None, None
 
 
-_zeros_with_mod_vjp.defvjp(_zeros_fwd, _zeros_bwd)
+_with_mod_vjp.defvjp(_mod_vjp_fwd, _mod_vjp_bwd)
 
 
 def lowering_error(call: AttentionCall) -> str | None:
