@@ -1,12 +1,20 @@
 """The ``attnjax`` command line."""
 
 import argparse
+import contextlib
+import dataclasses
+import functools
 import math
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import rich.console
+import rich.progress
 
 from attnjax import experiment
 from attnjax.attention import attention
@@ -53,52 +61,131 @@ def _softmax_stats(logits: jax.Array) -> tuple[float, float, float]:
     return float(jnp.var(logits)), float(weights.max(-1).mean()), float(entropy.mean())
 
 
-def _progress_bar(prefix: str, step: int, total: int, width: int = 30) -> None:
-    done = width * step // total
-    end = "\n" if step >= total else ""
-    print(f"\r{prefix} [{'#' * done}{'.' * (width - done)}] {step}/{total}", end=end,
-          file=sys.stderr, flush=True)  # fmt: skip
+class Progress:
+    """Training progress on stderr: points done of the total, and each running point's step,
+    loss and time left. Live bars (rich) on a terminal; plain lines otherwise (one per
+    evaluation chunk). Called from the sweep's worker threads as ``(point, step, total,
+    loss)``."""
+
+    def __init__(self, num_points: int | None = None):
+        self.console = rich.console.Console(stderr=True)
+        self.num_points, self.done = num_points, 0
+        self.lock = threading.Lock()
+        self.started: dict[str, tuple[float, int]] = {}
+        self.bars = None
+        if self.console.is_terminal:
+            self.bars = rich.progress.Progress(
+                rich.progress.TextColumn("{task.description}"),
+                rich.progress.BarColumn(),
+                rich.progress.MofNCompleteColumn(),
+                rich.progress.TextColumn("{task.fields[loss]}"),
+                rich.progress.TimeRemainingColumn(),
+                console=self.console,
+            )
+            self.tasks = {}
+            if num_points is not None:
+                self.points = self.bars.add_task("points", total=num_points, loss="")
+
+    def __enter__(self) -> "Progress":
+        if self.bars is not None:
+            self.bars.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bars is not None:
+            self.bars.stop()
+
+    def __call__(self, point: str, step: int, total: int, loss: float) -> None:
+        with self.lock:
+            start_time, start_step = self.started.setdefault(point, (time.monotonic(), step))
+            finished = step >= total
+            self.done += finished
+            if self.bars is None:
+                rate = (time.monotonic() - start_time) / max(step - start_step, 1)
+                left = "" if step == start_step else f"  {rate * (total - step):.0f} s left"
+                count = "" if self.num_points is None else f"[{self.done}/{self.num_points}] "
+                print(f"{count}{point}  step {step}/{total}  loss {loss:.4f}{left}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                return
+            if point not in self.tasks:
+                self.tasks[point] = self.bars.add_task(point, total=total, loss="")
+            self.bars.update(self.tasks[point], completed=step, loss=f"loss {loss:.4f}")
+            if finished:
+                self.bars.remove_task(self.tasks.pop(point))
+                if self.num_points is not None:
+                    self.bars.advance(self.points)
 
 
-def _point_progress(point: str, step: int, total: int) -> None:
-    """One line per finished evaluation chunk (points run in parallel, so no bars)."""
-    print(f"{point:<48} step {step}/{total}", file=sys.stderr, flush=True)
+class UsageError(Exception):
+    """A mistake in the command or its config: one line on stderr, exit status 2."""
 
 
-def _overrides(pairs: list[str]) -> dict[str, object]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {pair!r}: expected section.field=value")
-        out[key.strip()] = experiment.parse_value(value.strip())
-    return out
+@contextlib.contextmanager
+def _folder_errors():
+    """A run folder that holds another run (checked before any training) is a usage error."""
+    try:
+        yield
+    except FileExistsError as error:
+        raise UsageError(str(error)) from error
+
+
+def _usage_errors(fn):
+    """Turn the config and override errors raised inside ``fn`` into :class:`UsageError`."""
+
+    def wrapped(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError) as error:
+            raise UsageError(str(error)) from error
+
+    return wrapped
+
+
+@_usage_errors
+def _run_config(args: argparse.Namespace) -> experiment.ExperimentConfig:
+    module = experiment.load_file(args.config)
+    config = experiment.get_config(module, "smoke" if args.smoke else args.variant)
+    return experiment.with_overrides(config, experiment.parse_overrides(config, args.set))
 
 
 def run(args: argparse.Namespace) -> None:
-    module = experiment.load_file(args.config)
-    config = module.get_config("smoke" if args.smoke else args.variant)
-    config = experiment.with_overrides(config, _overrides(args.set))
+    config = _run_config(args)
     out = args.out or Path("runs") / config.name
-    experiment.train_and_evaluate(
-        config, out, num_seeds=args.seeds, overwrite=args.overwrite,
-        progress=lambda step, total: _progress_bar(config.name, step, total),
-    )  # fmt: skip
+    with Progress() as progress, _folder_errors():
+        experiment.train_and_evaluate(
+            config, out, num_seeds=args.seeds, overwrite=args.overwrite,
+            progress=functools.partial(progress, config.name),
+        )  # fmt: skip
     print((Path(out) / "report.md").read_text())
     print(f"run folder: {out}")
 
 
-def sweep(args: argparse.Namespace) -> None:
-    """Run an experiment file: its ``analyze(out, smoke)`` (measurements, and training of its
-    own) and/or its ``get_experiment(smoke)`` sweep; write the record (``report.md`` with a
-    verdict line per claim, ``results.csv``, ``env.json``) and, with ``--publish``, copy it
-    to ``results/<experiment>/``."""
+@_usage_errors
+def _sweep_plan(args: argparse.Namespace):
+    """``(module, experiment or None)``: the file, and its sweep with ``--set`` applied to
+    the base config."""
     module = experiment.load_file(args.experiment)
     if not hasattr(module, "analyze") and not hasattr(module, "get_experiment"):
-        raise SystemExit(f"{args.experiment}: defines neither analyze() nor get_experiment()")
-    name = Path(args.experiment).stem
+        raise ValueError(f"{args.experiment}: defines neither analyze() nor get_experiment()")
     if args.publish and args.smoke:
-        raise SystemExit("--publish: a smoke run is not a record; drop --smoke or --publish")
+        raise ValueError("--publish: a smoke run is not a record; drop --smoke or --publish")
+    if not hasattr(module, "get_experiment"):
+        if args.set:
+            raise ValueError(f"--set: {args.experiment} has no sweep (get_experiment) to change")
+        return module, None
+    exp = module.get_experiment(smoke=args.smoke)
+    overrides = experiment.parse_overrides(exp.base, args.set)
+    return module, dataclasses.replace(exp, base=experiment.with_overrides(exp.base, overrides))
+
+
+def sweep(args: argparse.Namespace) -> None:
+    """Run an experiment file: its ``analyze(out, smoke)`` (measurements, and training of its
+    own) and/or its ``get_experiment(smoke)`` sweep (``--set`` changes its base config; the
+    points' own overrides win); write the record (``report.md`` with a verdict line per claim,
+    ``results.csv``, ``env.json``) and, with ``--publish``, copy it to
+    ``results/<experiment>/``."""
+    module, exp = _sweep_plan(args)
+    name = Path(args.experiment).stem
     out = args.out or Path("runs") / name
     out.mkdir(parents=True, exist_ok=True)
     for stale in record.RECORD_FILES:  # this run writes its own
@@ -111,12 +198,12 @@ def sweep(args: argparse.Namespace) -> None:
         verdicts |= analysis.verdicts
         bodies.append(analysis.body)
         print(f"\n{analysis.body}")
-    if hasattr(module, "get_experiment"):
-        exp = module.get_experiment(smoke=args.smoke)
-        outcome = experiment.sweep(
-            exp, out, num_seeds=args.seeds, overwrite=args.overwrite, workers=args.workers,
-            progress=_point_progress,
-        )  # fmt: skip
+    if exp is not None:
+        with Progress(len(exp.points)) as progress, _folder_errors():
+            outcome = experiment.sweep(
+                exp, out, num_seeds=args.seeds, overwrite=args.overwrite, workers=args.workers,
+                progress=progress,
+            )  # fmt: skip
         verdicts[outcome.claim_id] = (outcome.verdict, outcome.reason)
         bodies.append(outcome.body)
         print(f"\n{exp.name}: {exp.claim}\n")
@@ -144,6 +231,18 @@ def claims(args: argparse.Namespace) -> None:
     print("rewritten: " + ("; ".join(changed) or "none"))
 
 
+def _compile_cache() -> None:
+    """JAX's persistent compilation cache, on by default in the user's cache folder
+    (``$XDG_CACHE_HOME/attnjax/jax`` or ``~/.cache/attnjax/jax``): a rerun skips compiling.
+    ``JAX_COMPILATION_CACHE_DIR`` chooses another folder; ``ATTNJAX_COMPILE_CACHE=0`` turns
+    it off."""
+    if os.environ.get("ATTNJAX_COMPILE_CACHE", "1") == "0":
+        return
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        jax.config.update("jax_compilation_cache_dir", str(base / "attnjax" / "jax"))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="attnjax", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -157,18 +256,25 @@ def main(argv: list[str] | None = None) -> None:
         sub.add_argument("--seeds", type=int, default=5 if name == "sweep" else 1)
         sub.add_argument("--out", type=Path, help="output folder (default runs/<name>)")
         sub.add_argument("--smoke", action="store_true", help="a seconds-long version")
-        sub.add_argument("--overwrite", action="store_true", help="replace an existing folder")
-    commands.choices["run"].add_argument("--variant", help="passed to get_config")
+        sub.add_argument(
+            "--overwrite", action="store_true",
+            help="replace an existing run's files (never other files in the folder)",
+        )  # fmt: skip
+        sub.add_argument(
+            "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+            help="override a config field (of a sweep's base config); parsed by the field's "
+            "type: true/false, none, 1_000, 3e-4, (1, 2)",
+        )  # fmt: skip
+        sub.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
+    commands.choices["run"].add_argument(
+        "--variant", help="passed to get_config (one of the file's VARIANTS)"
+    )
     commands.choices["sweep"].add_argument(
         "--workers", type=int, default=2, help="points trained in parallel (threads)"
     )
     commands.choices["sweep"].add_argument(
         "--publish", action="store_true",
         help="copy the record (report, tables, figures, env.json) to results/<experiment>/",
-    )  # fmt: skip
-    commands.choices["run"].add_argument(
-        "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-        help="override a config field; the value is parsed as a Python literal",
     )  # fmt: skip
     sub = commands.add_parser(
         "claims", help="generate the claims tables of docs/claims.md and README.md from results/"
@@ -178,7 +284,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     commands = {"demo": lambda _: demo(), "run": run, "sweep": sweep, "claims": claims}
-    commands[args.command](args)
+    _compile_cache()
+    try:
+        commands[args.command](args)
+    except UsageError as error:
+        if getattr(args, "debug", False):
+            raise (error.__cause__ or error) from None
+        print(f"attnjax {args.command}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -9,11 +9,12 @@ from attnjax.experiment.config import (
     OptimConfig,
     TrainConfig,
     from_dict,
-    parse_value,
+    parse_overrides,
+    parse_typed,
     with_overrides,
 )
 from attnjax.experiment.record import Analysis
-from attnjax.experiment.run import load_run, train_and_evaluate
+from attnjax.experiment.run import check_workdir, load_run, train_and_evaluate
 from attnjax.experiment.sweep import (
     Experiment,
     Outcome,
@@ -38,6 +39,18 @@ def load_file(path: str | Path) -> ModuleType:
     return module
 
 
+def get_config(module: ModuleType, variant: str | None = None) -> ExperimentConfig:
+    """``module.get_config(variant)`` for a variant the config file declares in ``VARIANTS``
+    (default ``("smoke",)``); any other is a ``ValueError`` listing them."""
+    variants = tuple(getattr(module, "VARIANTS", ("smoke",)))
+    if variant is not None and variant not in variants:
+        raise ValueError(
+            f"--variant: {variant!r} is not a variant of {Path(module.__file__).name}; "
+            f"expected one of {list(variants)}"
+        )
+    return module.get_config(variant)
+
+
 __all__ = [
     "Analysis",
     "Experiment",
@@ -49,13 +62,16 @@ __all__ = [
     "Summary",
     "TrainConfig",
     "Trainer",
+    "check_workdir",
     "combine",
     "from_dict",
+    "get_config",
     "grid",
     "label",
     "load_file",
     "load_run",
-    "parse_value",
+    "parse_overrides",
+    "parse_typed",
     "sweep",
     "train_and_evaluate",
     "with_overrides",

@@ -6,9 +6,10 @@ input and output fields (``embedding``, ``vocab_size``, ``in_features``, ``num_c
 derived from the task's spec, so a config never states them twice.
 """
 
-import ast
 import dataclasses
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from typing import Any, get_type_hints
 
 from attnjax import tasks
@@ -163,12 +164,84 @@ def _tuples(x: Any) -> Any:
     return x
 
 
-def parse_value(text: str) -> Any:
-    """A ``--set`` value: a Python literal (never evaluated as code), else the raw string."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+_NONE = ("none", "null")
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def parse_typed(text: str, tp: Any) -> Any:
+    """A ``--set`` value parsed by its field's declared type ``tp``: ``true``/``false``,
+    ``none``/``null``, ``1_000``, ``3e-4``, tuples as ``(1, 2)`` or ``1,2``; strings as
+    given. Never evaluated as code. ``ValueError`` names what was expected."""
+    text = text.strip()
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if type(None) in args and text.lower() in _NONE:
+            return None
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return parse_typed(text, option)
+            except ValueError:
+                continue
+        raise ValueError(f"expected {_type_name(tp)}, got {text!r}")
+    if tp is bool:
+        if text.lower() not in _BOOLS:
+            raise ValueError(f"expected true or false, got {text!r}")
+        return _BOOLS[text.lower()]
+    if tp in (int, float):
+        try:
+            return tp(text)
+        except ValueError:
+            raise ValueError(f"expected {tp.__name__}, got {text!r}") from None
+    if tp is str:
         return text
+    if tp is tuple or origin is tuple:
+        items = [x for x in text.strip("()[] ").split(",") if x.strip()]
+        kinds = args[:1] * len(items) if len(args) == 2 and args[1] is Ellipsis else args
+        kinds = kinds or (str,) * len(items)  # a bare ``tuple``: strings
+        if len(kinds) != len(items):
+            raise ValueError(f"expected {len(kinds)} items, got {text!r}")
+        return tuple(parse_typed(x, k) for x, k in zip(items, kinds, strict=True))
+    raise ValueError(f"cannot parse a value of type {_type_name(tp)} from --set")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def parse_overrides(config: ExperimentConfig, pairs: Sequence[str]) -> dict[str, Any]:
+    """``["section.field=value", ...]`` as overrides for :func:`with_overrides`, each value
+    parsed by the field's declared type (:func:`parse_typed`); errors name the field."""
+    out = {}
+    for pair in pairs:
+        path, sep, text = pair.partition("=")
+        path = path.strip()
+        if not sep:
+            raise ValueError(f"--set {pair!r}: expected section.field=value")
+        tp = _field_type(config, path)
+        try:
+            out[path] = parse_typed(text, tp)
+        except ValueError as error:
+            raise ValueError(f"--set {path}: {error}") from None
+    return out
+
+
+def _field_type(config: ExperimentConfig, path: str) -> Any:
+    """The declared type of ``path`` (``name`` or ``section.field``)."""
+    section, _, field = path.partition(".")
+    if not field:
+        return str if section == "name" else _unknown(path, "expected 'section.field' or 'name'")
+    if section not in ("task", "model", "optim", "train"):
+        return _unknown(path, f"unknown section {section!r}; expected task, model, optim or train")
+    hints = typing.get_type_hints(type(getattr(config, section)))
+    if field not in hints:
+        return _unknown(
+            path, f"unknown field {field!r} of {section}; expected one of {sorted(hints)}"
+        )
+    return hints[field]
+
+
+def _unknown(path: str, why: str):
+    raise ValueError(f"override {path!r}: {why}")
 
 
 def with_overrides(config: ExperimentConfig, overrides: Mapping[str, Any]) -> ExperimentConfig:
@@ -180,23 +253,11 @@ def with_overrides(config: ExperimentConfig, overrides: Mapping[str, Any]) -> Ex
     sections: dict[str, dict[str, Any]] = {}
     top: dict[str, Any] = {}
     for path, value in overrides.items():
+        _field_type(config, path)  # the path must name a field
         section, _, field = path.partition(".")
-        if not field:
-            if section != "name":
-                raise ValueError(f"override {path!r}: expected 'section.field' or 'name'")
-            top["name"] = value
-            continue
-        if section not in ("task", "model", "optim", "train"):
-            raise ValueError(
-                f"override {path!r}: unknown section {section!r}; "
-                "expected task, model, optim or train"
-            )
-        known = {f.name for f in dataclasses.fields(getattr(config, section))}
-        if field not in known:
-            raise ValueError(
-                f"override {path!r}: unknown field {field!r} of {section}; "
-                f"expected one of {sorted(known)}"
-            )
-        sections.setdefault(section, {})[field] = value
+        if field:
+            sections.setdefault(section, {})[field] = value
+        else:
+            top[section] = value
     replaced = {s: dataclasses.replace(getattr(config, s), **f) for s, f in sections.items()}
     return dataclasses.replace(config, **replaced, **top)

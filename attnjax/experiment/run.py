@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 from jaxtyping import Array
 
@@ -38,18 +39,20 @@ def train_and_evaluate(
     config's) in one vectorized program; return the rows of ``results.csv``.
 
     ``fields`` are extra columns for every row (a sweep passes the point's overrides). An
-    existing folder with the same config resumes; with another config it is an error unless
-    ``overwrite``. ``progress(step, total)`` is called after every chunk of steps.
+    existing folder with the same config resumes; with another config it is a
+    ``FileExistsError`` unless ``overwrite`` (which removes the run's own files, ``RUN_FILES``,
+    and nothing else). ``progress(step, total, loss)`` is called after every chunk of steps
+    with the chunk's mean training loss over runs.
     """
     workdir = Path(workdir)
-    seeds = range(config.train.seed, config.train.seed + num_seeds)
-    runs = Runs.grid(seeds, learning_rates or [config.optim.learning_rate])
-    record = {
-        "config": config.to_dict(),
-        "seeds": runs.seeds,
-        "learning_rates": runs.learning_rates,
-    }
-    _prepare(workdir, json.loads(json.dumps(record)), overwrite)
+    runs, record = _record(config, num_seeds, learning_rates)
+    check_workdir(
+        config, workdir, num_seeds=num_seeds, learning_rates=learning_rates, overwrite=overwrite
+    )
+    if overwrite:
+        remove_run(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    storage.write_json(workdir / "config.json", record)
     environment = storage.environment()
 
     trainer = get_trainer(config)
@@ -71,7 +74,7 @@ def train_and_evaluate(
         log.append(rows)
         checkpoints.save(end, state)
         if progress:
-            progress(end, train.steps)
+            progress(end, train.steps, float(np.nanmean(jax.device_get(losses))))
     checkpoints.close()
 
     if final is None:  # a finished run, invoked again
@@ -89,17 +92,59 @@ def train_and_evaluate(
     return results
 
 
-def _prepare(workdir: Path, record: dict[str, Any], overwrite: bool) -> None:
-    path = workdir / "config.json"
-    if path.exists() and overwrite:
-        shutil.rmtree(workdir)
-    elif path.exists() and storage.read_json(path) != record:
-        raise ValueError(
+# What a run writes into its folder; --overwrite removes these and nothing else.
+RUN_FILES = (
+    "config.json",
+    "metrics.jsonl",
+    "results.csv",
+    "report.md",
+    "curves.png",
+    "attention.png",
+    "env.json",
+    "checkpoints",
+)
+
+
+def _record(config: ExperimentConfig, num_seeds: int, learning_rates) -> tuple[Runs, dict]:
+    """The runs, and ``config.json``'s content (as JSON reads it back)."""
+    seeds = range(config.train.seed, config.train.seed + num_seeds)
+    runs = Runs.grid(seeds, learning_rates or [config.optim.learning_rate])
+    record = {
+        "config": config.to_dict(),
+        "seeds": runs.seeds,
+        "learning_rates": runs.learning_rates,
+    }
+    return runs, json.loads(json.dumps(record))
+
+
+def check_workdir(
+    config: ExperimentConfig,
+    workdir: str | Path,
+    *,
+    num_seeds: int = 1,
+    learning_rates: Sequence[float] | None = None,
+    overwrite: bool = False,
+) -> None:
+    """``FileExistsError`` if ``workdir`` holds a run of another config (or other seeds or
+    rates) and ``overwrite`` is not set; the same config resumes."""
+    path = Path(workdir) / "config.json"
+    if overwrite or not path.exists():
+        return
+    if storage.read_json(path) != _record(config, num_seeds, learning_rates)[1]:
+        raise FileExistsError(
             f"workdir: {workdir} holds a run of another config; "
             "choose another folder or pass overwrite=True (--overwrite)"
         )
-    workdir.mkdir(parents=True, exist_ok=True)
-    storage.write_json(path, record)
+
+
+def remove_run(workdir: str | Path) -> None:
+    """Delete the files a run wrote (``RUN_FILES``), leaving anything else in the folder."""
+    for name in RUN_FILES:
+        path = Path(workdir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _results(

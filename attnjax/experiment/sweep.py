@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, with_overrides
-from attnjax.experiment.run import train_and_evaluate
+from attnjax.experiment.run import check_workdir, train_and_evaluate
 
 VERDICTS = ("supported", "refuted", "inconclusive")
 # One grid for every point, or a grid per point from its overrides.
@@ -185,10 +185,11 @@ def sweep(
     num_seeds: int = 5,
     overwrite: bool = False,
     workers: int = 2,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Callable[[str, int, int, float], None] | None = None,
 ) -> Outcome:
     """Train every point (``workers`` at a time); write ``results.csv`` and ``summary.png``;
-    return the :class:`Outcome`. ``progress(point, step, total)`` follows each point."""
+    return the :class:`Outcome`. ``progress(point, step, total, loss)`` follows each point.
+    A point folder holding another run is a ``FileExistsError`` before anything trains."""
     out = Path(out)
     names = labels(experiment.points)
     folders = tuple(
@@ -196,10 +197,20 @@ def sweep(
         for i, name in enumerate(names)
     )
 
+    points = experiment.points
+    configs = [
+        with_overrides(experiment.base, {**p, "name": names[i]}) for i, p in enumerate(points)
+    ]
+    for config, folder, point in zip(configs, folders, points, strict=True):  # before training
+        check_workdir(
+            config, folder, num_seeds=num_seeds, learning_rates=experiment.rates(point),
+            overwrite=overwrite,
+        )  # fmt: skip
+
     def train_point(i: int, point: Mapping[str, Any]) -> list[dict[str, Any]]:
         name = names[i]
         return train_and_evaluate(
-            with_overrides(experiment.base, {**point, "name": name}),
+            configs[i],
             folders[i],
             num_seeds=num_seeds,
             learning_rates=experiment.rates(point),

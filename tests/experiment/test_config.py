@@ -9,7 +9,8 @@ from attnjax.experiment import (
     OptimConfig,
     TrainConfig,
     from_dict,
-    parse_value,
+    parse_overrides,
+    parse_typed,
     with_overrides,
 )
 from attnjax.experiment.trainer import optimizer
@@ -60,12 +61,37 @@ def test_sections_validate_on_construction():
     assert dataclasses.is_dataclass(OptimConfig())
 
 
-def test_set_values_are_literals_never_code():
-    assert parse_value("3e-3") == 3e-3
-    assert parse_value("(1, 2)") == (1, 2)
-    assert parse_value("None") is None
-    assert parse_value("additive") == "additive"
-    assert parse_value("__import__('os').getcwd()") == "__import__('os').getcwd()"
+def test_set_values_are_parsed_by_the_fields_declared_type(smoke_config):
+    pairs = [
+        "model.causal=true", "model.norms=False", "optim.clip_norm=none", "train.steps=1_000",
+        "optim.learning_rate=3e-4", "model.score=additive", "model.head_dim=null",
+        "model.score_hidden=16", "name=my run",
+    ]  # fmt: skip
+    assert parse_overrides(smoke_config, pairs) == {
+        "model.causal": True, "model.norms": False, "optim.clip_norm": None,
+        "train.steps": 1000, "optim.learning_rate": 3e-4, "model.score": "additive",
+        "model.head_dim": None, "model.score_hidden": 16, "name": "my run",
+    }  # fmt: skip
+    assert isinstance(parse_overrides(smoke_config, ["optim.learning_rate=1"])[
+        "optim.learning_rate"], float)  # fmt: skip
+    assert parse_typed("(1, 2)", tuple[int, ...]) == (1, 2)
+    assert parse_typed("0.5,2", tuple[float, float]) == (0.5, 2.0)
+    assert parse_typed("__import__('os').getcwd()", str) == "__import__('os').getcwd()"
+
+
+@pytest.mark.parametrize(
+    "pair, match",
+    [
+        ("model.causal=maybe", r"--set model.causal: expected true or false, got 'maybe'"),
+        ("model.heads=2.5", r"--set model.heads: expected int, got '2.5'"),
+        ("optim.clip_norm=big", r"--set optim.clip_norm: expected float \| None"),
+        ("model.sccore=dot", r"unknown field 'sccore' of model"),
+        ("model.heads", r"expected section.field=value"),
+    ],
+)
+def test_bad_set_values_name_the_field_and_the_expected_type(smoke_config, pair, match):
+    with pytest.raises(ValueError, match=match):
+        parse_overrides(smoke_config, [pair])
 
 
 def test_sgd_steps_along_the_negative_gradient_and_adamw_stays_the_default():

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -80,7 +81,8 @@ def test_finished_run_invoked_again_rewrites_the_same_results(
 
 
 def test_resume_after_interruption_matches_uninterrupted(dropout_config, reference_run, tmp_path):
-    def interrupt(step, total):
+    def interrupt(step, total, loss):
+        assert np.isfinite(loss)
         if step < total:
             raise KeyboardInterrupt
 
@@ -103,7 +105,7 @@ def test_vectorized_seeds_match_separate_runs(dropout_config, reference_run, tmp
 
 def test_existing_folder_of_another_config_is_never_overwritten(dropout_config, reference_run):
     other = with_overrides(dropout_config, {"model.heads": 2})
-    with pytest.raises(ValueError, match="overwrite"):
+    with pytest.raises(FileExistsError, match="overwrite"):
         train_and_evaluate(other, reference_run[0], num_seeds=2)
 
 
@@ -165,15 +167,66 @@ def test_each_seed_draws_its_own_evaluation_batches(smoke_config):
 def test_cli_run_with_set_override(tmp_path, capsys):
     cli.main([
         "run", str(ROOT / "configs" / "xor_relation.py"), "--smoke", "--seeds", "1",
-        "--set", "model.score=additive", "--out", str(tmp_path),
+        "--set", "model.score=additive", "--set", "model.causal=true", "--out", str(tmp_path),
     ])  # fmt: skip
-    assert "run folder" in capsys.readouterr().out
-    assert json.loads((tmp_path / "config.json").read_text())["config"]["model"]["score"] == (
-        "additive"
+    captured = capsys.readouterr()
+    assert "run folder" in captured.out
+    config = json.loads((tmp_path / "config.json").read_text())["config"]["model"]
+    assert config["score"] == "additive" and config["causal"] is True
+    # not a terminal: plain progress lines with the step, the loss and the time left
+    assert re.search(r"xor_relation  step 20/20  loss \d+\.\d{4}  \d+ s left", captured.err)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "model.sccore=dot"], "unknown field 'sccore' of model"),
+        (["--set", "model.causal=maybe"], "--set model.causal: expected true or false"),
+        (["--variant", "smoek"], "--variant: 'smoek' is not a variant of xor_relation.py; "
+                                 "expected one of ['smoke']"),
+    ],
+)  # fmt: skip
+def test_cli_usage_errors_are_one_line_with_status_2(tmp_path, capsys, args, message):
+    command = ["run", str(ROOT / "configs" / "xor_relation.py"), "--out", str(tmp_path), *args]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(command)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnjax run: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    with pytest.raises(ValueError, match=r"sccore|maybe|smoek"):
+        cli.main([*command, "--debug"])
+
+
+def test_overwrite_removes_only_what_the_run_wrote(smoke_config, tmp_path, capsys):
+    train_and_evaluate(smoke_config, tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    other = ["--set", "model.heads=2", "--out", str(tmp_path)]
+    command = ["run", str(ROOT / "configs" / "xor_relation.py"), "--smoke", *other]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(command)  # another config in the folder: refused before training
+    assert exit_info.value.code == 2 and "--overwrite" in capsys.readouterr().err
+    cli.main([*command, "--overwrite"])
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert json.loads((tmp_path / "config.json").read_text())["config"]["model"]["heads"] == 2
+
+
+def test_cli_sweep_applies_set_to_the_base_config(tmp_path, capsys):
+    experiment = tmp_path / "tiny.py"
+    experiment.write_text(
+        "from attnjax.experiment import Experiment, load_file\n"
+        f"base = load_file({str(ROOT / 'configs' / 'xor_relation.py')!r}).get_config('smoke')\n"
+        "def get_experiment(smoke=False):\n"
+        "    return Experiment(name='tiny', claim_id='T1', claim='a test', base=base,\n"
+        "        points=({'model.heads': 1}, {'model.heads': 2}), metric='accuracy',\n"
+        "        verdict=lambda summary: ('inconclusive', 'a test'))\n"
     )
-    with pytest.raises(ValueError, match="unknown field"):
-        cli.main(["run", str(ROOT / "configs" / "xor_relation.py"), "--smoke",
-                  "--set", "model.sccore=dot", "--out", str(tmp_path / "x")])  # fmt: skip
+    cli.main(["sweep", str(experiment), "--seeds", "1", "--out", str(tmp_path / "out"),
+              "--set", "model.width=16", "--set", "model.heads=4"])  # fmt: skip
+    folders = sorted((tmp_path / "out" / "points").iterdir())
+    models = [json.loads((f / "config.json").read_text())["config"]["model"] for f in folders]
+    assert [(m["width"], m["heads"]) for m in models] == [(16, 1), (16, 2)]  # points win
+    assert re.search(r"\[2/2\] heads=\d  step 20/20  loss", capsys.readouterr().err)
 
 
 def test_sharded_seeds_on_four_devices_match_one_device(reference_run, tmp_path):
