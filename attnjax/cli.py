@@ -265,6 +265,10 @@ def main(argv: list[str] | None = None) -> None:
             help="override a config field (of a sweep's base config); parsed by the field's "
             "type: true/false, none, 1_000, 3e-4, (1, 2)",
         )  # fmt: skip
+        sub.add_argument(
+            "--tensorboard", action="store_true",
+            help="also log metrics for TensorBoard in <run>/tensorboard/ (train.tensorboard)",
+        )  # fmt: skip
         sub.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
     commands.choices["run"].add_argument(
         "--variant", help="passed to get_config (one of the file's VARIANTS)"
@@ -283,6 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
+    if getattr(args, "tensorboard", False):
+        args.set.append("train.tensorboard=true")
     commands = {"demo": lambda _: demo(), "run": run, "sweep": sweep, "claims": claims}
     _compile_cache()
     try:

@@ -66,7 +66,8 @@ class TrainConfig:
     (``attention_max_logit``, over layers).
     ``fast_compile`` compiles the training and evaluation programs with XLA's backend
     optimization level 0 instead of 1: on CPU about 1.7× faster to compile and 2-4× slower to
-    run, the right trade for runs of a few chunks (smoke tests)."""
+    run, the right trade for runs of a few chunks (smoke tests). ``tensorboard`` also logs
+    every metric for TensorBoard under ``<run>/tensorboard/`` (needs tensorboardX)."""
 
     steps: int = 1000
     batch_size: int = 64
@@ -78,6 +79,7 @@ class TrainConfig:
     diversity_weight: float = 0.0
     diagnostics: bool = False
     fast_compile: bool = True
+    tensorboard: bool = False
 
     def __post_init__(self):
         check_types(self)

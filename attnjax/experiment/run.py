@@ -2,8 +2,10 @@
 
 ``<workdir>/`` holds ``config.json`` (the resolved config and the runs), ``metrics.jsonl``,
 ``results.csv`` (one row per run: seed, learning rate, parameter count, FLOPs per step, final
-metrics), ``report.md``, ``curves.png``, ``attention.png`` (run 0's attention maps, for models
-with attention), ``env.json`` and ``checkpoints/`` (orbax). Running the
+metrics), ``report.md``, ``curves.png``, ``attention.png`` and ``attention.npz`` (run 0's
+attention maps on one example, ``layer_<i>`` of shape ``[N, T, S]``, for models with
+attention), ``env.json``, ``checkpoints/`` (orbax) and, with ``train.tensorboard``,
+``tensorboard/``. Running the
 same call again resumes from the last checkpoint and ends with the same results.
 """
 
@@ -63,6 +65,9 @@ def train_and_evaluate(
         state = checkpoints.restore(state)
     log = storage.MetricsLog(workdir / "metrics.jsonl", resume_step=start)
     train = config.train
+    board = None
+    if train.tensorboard:
+        board = storage.TensorBoardLog(workdir / "tensorboard", runs.seeds, runs.learning_rates)
     final = None  # the last evaluation, when this call trained
     for step in range(start, train.steps, train.eval_every):
         state, losses = trainer.train_chunk(state, runs, lrs, step)
@@ -72,10 +77,14 @@ def train_and_evaluate(
         for split, metrics in final.items():
             rows += collect(metrics, runs, step=end, split=split)
         log.append(rows)
+        if board is not None:
+            board.append(rows)
         checkpoints.save(end, state)
         if progress:
             progress(end, train.steps, float(np.nanmean(jax.device_get(losses))))
     checkpoints.close()
+    if board is not None:
+        board.close()
 
     if final is None:  # a finished run, invoked again
         final = {split: trainer.evaluate(state, runs, split) for split in EVAL_SPLITS}
@@ -88,6 +97,8 @@ def train_and_evaluate(
     if maps:
         title = f"{config.name}: run 0 (seed {runs.seeds[0]}, lr {runs.learning_rates[0]:g})"
         report.plot_attention(maps, workdir / "attention.png", title=title)
+        arrays = {f"layer_{i}": np.asarray(m[0]) for i, m in enumerate(maps)}
+        np.savez(workdir / "attention.npz", **arrays)
     (workdir / "report.md").write_text(report.run_report(config, results))
     return results
 
@@ -100,8 +111,10 @@ RUN_FILES = (
     "report.md",
     "curves.png",
     "attention.png",
+    "attention.npz",
     "env.json",
     "checkpoints",
+    "tensorboard",
 )
 
 

@@ -69,6 +69,33 @@ class MetricsLog:
             f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
 
 
+class TensorBoardLog:
+    """TensorBoard scalars of every run (seed, learning rate), each in its own folder
+    ``<folder>/seed=<s>_lr=<lr>/``, tagged ``<split>/<metric>``: a view of ``metrics.jsonl``,
+    which stays the record. Needs tensorboardX (``pip install "attnjax[tensorboard]"``)."""
+
+    def __init__(self, folder: Path, seeds: Sequence[int], learning_rates: Sequence[float]):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as error:
+            raise ImportError(
+                'train.tensorboard: needs tensorboardX; pip install "attnjax[tensorboard]"'
+            ) from error
+        self.writers = {
+            (s, lr): SummaryWriter(str(folder / f"seed={s}_lr={lr:g}"))
+            for s, lr in zip(seeds, learning_rates, strict=True)
+        }
+
+    def append(self, rows: Sequence[dict[str, Any]]) -> None:
+        for r in rows:
+            writer = self.writers[(r["seed"], r["learning_rate"])]
+            writer.add_scalar(f"{r['split']}/{r['metric']}", r["value"], r["step"])
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 

@@ -8,7 +8,7 @@ gives the same numbers whether it trains alone or vectorized with others.
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -244,9 +244,6 @@ def collect(metrics: dict[str, np.ndarray], runs: Runs, **fields) -> list[dict[s
         for name, values in metrics.items()
         for r, (s, lr) in enumerate(zip(runs.seeds, runs.learning_rates, strict=True))
     ]
-
-
-ProgressFn = Callable[[int, int], None]
 
 
 def _diagnostics(weights: list[Array], lse: list[Array]) -> dict[str, Array]:

@@ -274,3 +274,37 @@ def test_runs_are_found_by_seed_and_learning_rate():
     assert runs.index(4, 1e-3) == 1
     with pytest.raises(ValueError, match="no run of seed 5"):
         runs.index(5, 1e-3)
+
+
+def _scalars(folder: pathlib.Path) -> dict[tuple[str, int], float]:
+    """``{(tag, step): value}`` of the TensorBoard event files in ``folder`` (TFRecords of
+    ``Event`` protos, read with tensorboardX's own proto)."""
+    from tensorboardX.proto import event_pb2
+
+    scalars = {}
+    for path in folder.glob("events.out.tfevents.*"):
+        data = path.read_bytes()
+        while data:
+            length = int.from_bytes(data[:8], "little")
+            event = event_pb2.Event.FromString(data[12 : 12 + length])
+            data = data[16 + length :]
+            for value in event.summary.value:
+                scalars[(value.tag, event.step)] = value.simple_value
+    return scalars
+
+
+def test_tensorboard_scalars_per_run_and_attention_arrays(smoke_config, tmp_path):
+    config = with_overrides(smoke_config, {"train.tensorboard": True})
+    train_and_evaluate(config, tmp_path, num_seeds=2)
+    metrics = read_jsonl(tmp_path / "metrics.jsonl")
+    for seed in (0, 1):
+        lr = config.optim.learning_rate
+        scalars = _scalars(tmp_path / "tensorboard" / f"seed={seed}_lr={lr:g}")
+        rows = [r for r in metrics if r["seed"] == seed]
+        assert len(scalars) == len(rows) > 0
+        for r in rows:
+            assert scalars[(f"{r['split']}/{r['metric']}", r["step"])] == pytest.approx(r["value"])
+    arrays = np.load(tmp_path / "attention.npz")
+    heads, length = config.model.heads, config.task.spec.seq_len
+    assert sorted(arrays) == ["layer_0"] and arrays["layer_0"].shape == (heads, length, length)
+    np.testing.assert_allclose(arrays["layer_0"].sum(-1), 1.0, atol=1e-5)
