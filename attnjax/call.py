@@ -57,13 +57,16 @@ class AttentionCall:
     Score parameters and mod parameters hold arrays only.
     """
 
+    # A pytree: JAX rebuilds it with placeholder leaves, so runtime type checkers skip __init__.
+    __no_type_check__ = True
+
     score: ScoreFn
     score_params: Any
     score_name: str | None = None
     score_hidden: int | None = None
-    bias: Float[Array, "#B #N #T #S"] | None = None
-    mask: Bool[Array, "#B #N #T #S"] | None = None
-    temperature: Float[Array, "#B #N #T #S"] | None = None
+    bias: Float[Array, "..."] | None = None  # broadcastable to [B, N, T, S]
+    mask: Bool[Array, "..."] | None = None
+    temperature: Float[Array, "..."] | None = None
     mask_spec: MaskSpec = dataclasses.field(default_factory=MaskSpec)
     score_mod: ScoreMod | None = None
     mask_mod: MaskMod | None = None
@@ -103,7 +106,7 @@ class AttentionCall:
 
     def element_mask(
         self, shape, q_idx, k_idx, mask_tile, mod_params, rules: bool = True
-    ) -> Bool[Array, "#B #N Tb Sb"] | None:
+    ) -> Bool[Array, "..."] | None:
         """The block's mask: the structured rules ∧ the dense ``mask_tile`` ∧ ``mask_mod``.
 
         ``shape`` is ``(B, N)``. ``rules=False`` leaves out the rules and ``mask_mod`` (a
@@ -145,7 +148,7 @@ class AttentionCall:
             kinds = jnp.minimum(kinds, block.kinds)
         return kinds
 
-    def blocks(self, default: BlockSizes) -> BlockSizes:
+    def blocks(self, default: BlockSizes | None) -> BlockSizes | None:
         """The tiles to use: the block mask's, else ``block_sizes``, else ``default``."""
         if self.block_mask is not None:
             return self.block_mask.block_sizes

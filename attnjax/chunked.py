@@ -63,7 +63,12 @@ def chunked_attention(
     schedule = _Schedule.of(
         call.tile_kinds((query.shape[0], query.shape[2]), num_queries, num_keys, blocks)
     )
-    out, lse = _attention(config, q, k, v, call, schedule)
+    mod_floats, mod_data = split_floats(call.mod_params)
+    diff = (call.score_params, call.bias, call.temperature, mod_floats)
+    rest = dataclasses.replace(
+        call, score_params=None, bias=None, temperature=None, mod_params=mod_data
+    )
+    out, lse = _attention(config, q, k, v, diff, rest, schedule)
     out = jnp.swapaxes(out[:, :, :num_queries], 1, 2).astype(query.dtype)
     return out, None, lse[:, :, :num_queries]
 
@@ -91,6 +96,9 @@ class _Schedule:
     """The tiles to visit: per query block, its non-empty key blocks first (``key_blocks
     [Tq, Sk]``, ``key_counts [Tq]``), the same per key block for the backward pass, and
     ``full [Tq, Sk]``: the tile needs no rule evaluated for any (batch, head)."""
+
+    # A pytree: JAX rebuilds it with placeholder leaves, so runtime type checkers skip __init__.
+    __no_type_check__ = True
 
     key_blocks: Int[Array, "Tq Sk"]
     key_counts: Int[Array, " Tq"]
@@ -142,7 +150,22 @@ def _group(x: Array, num_kv_heads: int) -> Array:
     return x.reshape(x.shape[0], num_kv_heads, -1, *x.shape[2:])
 
 
-def _forward(config, q, k, v, call, schedule):
+def _join(diff, rest) -> AttentionCall:
+    """The call from its differentiable parts (score parameters, bias, temperature, float
+    mod parameters) and the rest (the custom VJP keeps them apart: the rest gets no
+    cotangent)."""
+    score_params, bias, temperature, mod_floats = diff
+    return dataclasses.replace(
+        rest,
+        score_params=score_params,
+        bias=bias,
+        temperature=temperature,
+        mod_params=merge_floats(mod_floats, rest.mod_params),
+    )
+
+
+def _forward(config, q, k, v, diff, rest, schedule):
+    call = _join(diff, rest)
     bq, bk = config.blocks.block_q, config.blocks.block_k
     batch, heads, tq, _ = q.shape
     num_kv, hv = k.shape[1], v.shape[3]
@@ -186,24 +209,24 @@ def _forward(config, q, k, v, call, schedule):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention(config, q, k, v, call, schedule):
-    return _forward(config, q, k, v, call, schedule)
+def _attention(config, q, k, v, diff, rest, schedule):
+    return _forward(config, q, k, v, diff, rest, schedule)
 
 
-def _attention_fwd(config, q, k, v, call, schedule):
-    out, lse = _forward(config, q, k, v, call, schedule)
-    return (out, lse), (q, k, v, call, schedule, out, lse)
+def _attention_fwd(config, q, k, v, diff, rest, schedule):
+    out, lse = _forward(config, q, k, v, diff, rest, schedule)
+    return (out, lse), (q, k, v, diff, rest, schedule, out, lse)
 
 
 def _attention_bwd(config, residuals, cotangents):
-    q, k, v, call, schedule, out, lse = residuals
+    q, k, v, diff, rest, schedule, out, lse = residuals
+    call, mod_floats, mod_data = _join(diff, rest), diff[3], rest.mod_params
     d_out, d_lse = (c.astype(jnp.float32) for c in cotangents)
     bq, bk = config.blocks.block_q, config.blocks.block_k
     batch, heads = q.shape[:2]
     num_kv, ts = k.shape[1], k.shape[2]
     # FlashAttention-2: d logits = p * (d_out·v - rowsum(d_out * out)); lse adds p * d_lse.
     delta = jnp.sum(d_out * out, axis=-1) - d_lse
-    mod_floats, mod_data = split_floats(call.mod_params)
     zeros = functools.partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
 
     def tile_logits(q_blk, k_blk, params, bias, temperature, floats, *, q_idx, k_idx):
@@ -269,14 +292,8 @@ def _attention_bwd(config, residuals, cotangents):
     )
     dk, dv = (jnp.moveaxis(x, 0, 2).reshape((*x.shape[1:3], ts, x.shape[-1])) for x in (dk, dv))
     cast = functools.partial(jax.tree.map, lambda g, x: g.astype(x.dtype))
-    d_call = dataclasses.replace(
-        jax.tree.map(lambda _: None, call),
-        score_params=cast(d_params, call.score_params),
-        bias=cast(d_bias, call.bias),
-        temperature=cast(d_temp, call.temperature),
-        mod_params=merge_floats(cast(d_mod, mod_floats), jax.tree.map(lambda _: None, mod_data)),
-    )
-    return (*cast((dq, dk, dv), (q, k, v)), d_call, None)
+    d_diff = cast((d_params, d_bias, d_temp, d_mod), diff)
+    return (*cast((dq, dk, dv), (q, k, v)), d_diff, None, None)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)

@@ -12,10 +12,11 @@ gradients reach them through every implementation. Compose with :func:`and_masks
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 ScoreMod = Callable[..., Float[Array, "B N Tb Sb"]]
 MaskMod = Callable[..., Array]
@@ -30,7 +31,7 @@ def alibi_slopes(num_heads: int) -> Float[np.ndarray, " N"]:
     return _alibi_slope(np.arange(num_heads), num_heads, np).astype(np.float32)
 
 
-def _alibi_slope(h: Int[Array, "..."], num_heads: int, xp=jnp) -> Float[Array, "..."]:
+def _alibi_slope(h: Int[ArrayLike, "..."], num_heads: int, xp=jnp) -> Float[ArrayLike, "..."]:
     """Head ``h``'s slope as arithmetic on ``h`` (kernels cannot index constant tables);
     ``xp`` is ``jnp`` or ``np``."""
     low = 2 ** math.floor(math.log2(num_heads))
@@ -170,7 +171,7 @@ def document(param: str = "document_ids") -> MaskMod:
     return mask_mod
 
 
-def _at(ids: Int[Array, "B S"], b: Array, idx: Array) -> Array:
+def _at(ids: Any, b: Array, idx: Array) -> Array:
     """``ids[b, idx]`` with positions past the end clamped (tiles pad them); ``ids`` may be
     an array or, inside a Pallas kernel, a ref."""
     return ids[b, jnp.clip(idx, 0, ids.shape[1] - 1)]

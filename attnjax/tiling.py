@@ -38,7 +38,7 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def pad_axis(x: Array, axis: int, size: int, value: float | bool = 0) -> Array:
+def pad_axis(x: Array, axis: int, size: int, value: int | float | bool = 0) -> Array:
     """Pad ``x`` along ``axis`` at the end up to ``size`` (no-op when already that long)."""
     extra = size - x.shape[axis]
     if extra == 0:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 
-def entropy(weights: Float[ArrayLike, "... T S"]) -> Float[Array, "... T"]:
+def entropy(weights: Float[ArrayLike, "... S"]) -> Float[Array, "..."]:
     """Shannon entropy of each row in nats (0 log 0 = 0): ``log S`` for uniform, 0 for one-hot."""
     w = jnp.asarray(weights, jnp.float32)
     return -jnp.sum(jnp.where(w > 0, w * jnp.log(jnp.where(w > 0, w, 1.0)), 0.0), axis=-1)

@@ -38,6 +38,7 @@ class OptimConfig:
     optimizer: str = "adamw"
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
+    decay_all: bool = False  # weight decay on norms, biases and vectors too (else rank >= 2)
     b1: float = 0.9
     b2: float = 0.999
     warmup_steps: int = 0

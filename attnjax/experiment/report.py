@@ -15,7 +15,7 @@ from matplotlib.ticker import MaxNLocator
 from scipy import stats
 
 
-def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+def mean_ci95(values: Sequence[float | np.floating]) -> tuple[float, float]:
     """Mean and half-width of its 95% Student-t interval (``nan`` width for one value)."""
     x = np.asarray(values, float)
     if len(x) < 2:
@@ -88,7 +88,9 @@ def plot_attention(maps: Sequence[Any], path: Path, title: str) -> None:
     fig.savefig(path, dpi=100)
 
 
-def new_figure(*grid: int, figsize: tuple[float, float], **kwargs: Any) -> tuple[Figure, Any]:
+def new_figure(
+    *grid: int, figsize: tuple[int | float, int | float], **kwargs: Any
+) -> tuple[Figure, Any]:
     """``(figure, axes)`` like ``plt.subplots(*grid, **kwargs)``, without pyplot's state."""
     fig = Figure(figsize=figsize)
     return fig, fig.subplots(*grid, **kwargs)

@@ -65,7 +65,9 @@ class Runs:
 
 def optimizer(optim: OptimConfig, steps: int) -> optax.GradientTransformation:
     """AdamW (or SGD) *without* the learning rate, which each run multiplies in itself: the
-    schedule (warm-up, then constant or cosine) is applied here as a factor in [0, 1]."""
+    schedule (warm-up, then constant or cosine) is applied here as a factor in [0, 1]. Weight
+    decay applies to parameters of rank >= 2 only (one run's parameters: the optimizer runs
+    inside the vmap over runs) unless ``optim.decay_all``."""
     warmup = max(optim.warmup_steps, 1)
     if optim.schedule == "cosine":
         decay = optax.cosine_decay_schedule(1.0, max(steps - optim.warmup_steps, 1))
@@ -79,9 +81,15 @@ def optimizer(optim: OptimConfig, steps: int) -> optax.GradientTransformation:
         parts.append(optax.scale_by_adam(b1=optim.b1, b2=optim.b2))
     return optax.chain(
         *parts,
-        optax.add_decayed_weights(optim.weight_decay),
+        optax.add_decayed_weights(optim.weight_decay, mask=None if optim.decay_all else _matrices),
         optax.scale_by_schedule(lambda count: -schedule(count)),
     )
+
+
+def _matrices(params: Any) -> Any:
+    """True for parameters of rank >= 2 (kernels, embeddings, score matrices): weight decay
+    leaves norms, biases and per-head vectors alone."""
+    return jax.tree.map(lambda x: jnp.ndim(x) >= 2, params)
 
 
 class Trainer:

@@ -36,6 +36,9 @@ class BlockMask:
     """Tile kinds ``[#B, #N, Tq, Sk]`` (EMPTY/PARTIAL/FULL) of ``mask_mod`` for ``T x S``
     tiled by ``block_sizes``, with queries at positions ``t + offset`` (a pytree)."""
 
+    # A pytree: JAX rebuilds it with placeholder leaves, so runtime type checkers skip __init__.
+    __no_type_check__ = True
+
     kinds: TileKinds
     block_sizes: BlockSizes
     num_queries: int

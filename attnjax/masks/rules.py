@@ -15,7 +15,7 @@ from jaxtyping import Array, ArrayLike, Bool, Int, Int8
 
 from attnjax.tiling import BlockSizes
 
-TileMask = Bool[Array, "#B #N Tb Sb"]
+TileMask = Bool[Array, "#B #N #Tb #Sb"]  # broadcastable to one tile [B, N, Tb, Sb]
 # How a tile is masked: no position visible, some, or all (the order makes ``min`` an "and").
 EMPTY, PARTIAL, FULL = 0, 1, 2
 TileKinds = Int8[Array, "#B #N Tq Sk"]
@@ -94,6 +94,9 @@ class MaskSpec:
 
     ``offset`` shifts query positions into the key sequence for the causal and window rules.
     """
+
+    # A pytree: JAX rebuilds it with placeholder leaves, so runtime type checkers skip __init__.
+    __no_type_check__ = True
 
     is_causal: bool = False
     window: tuple[int, int] | None = None

@@ -90,7 +90,7 @@ def shifted_matmul_conv(
     padding: str,
     *,
     rhs_dilation: tuple[int],
-    dimension_numbers: jax.lax.ConvDimensionNumbers,
+    dimension_numbers: jax.lax.ConvDimensionNumbers | None,
     lhs_dilation: tuple[int] = (1,),
     feature_group_count: int = 1,
     precision=None,

@@ -216,7 +216,7 @@ def check_type(name: str, value: Any, tp: Any) -> None:
         raise TypeError(f"{name}: expected {names}, got {value!r} ({type(value).__name__})")
 
 
-def _one_of(name: str, value: str, choices) -> None:
+def _one_of(name: str, value: Any, choices) -> None:
     if value not in choices:
         raise ValueError(f"{name}: expected one of {list(choices)}, got {value!r}")
 

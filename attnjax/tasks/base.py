@@ -108,7 +108,7 @@ def _fail(config: Any, name: str, expected: str) -> None:
     raise ValueError(f"{type(config).__name__}.{name} must be {expected}, got {value!r}")
 
 
-def check_int(config: Any, name: str, low: int, high: float = math.inf) -> None:
+def check_int(config: Any, name: str, low: int, high: int | float = math.inf) -> None:
     """Raise ``ValueError`` unless ``config.<name>`` is an int in ``[low, high]``."""
     value = getattr(config, name)
     if isinstance(value, bool) or not isinstance(value, int | np.integer):

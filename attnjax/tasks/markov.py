@@ -90,7 +90,7 @@ class MarkovConfig:
         )
 
 
-def _entropy(p: Float[np.ndarray, "*N K"]) -> Float[np.ndarray, "*N"]:
+def _entropy(p: Float[np.ndarray, "*N K"]) -> Float[np.ndarray, "*N"] | float:
     return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=-1)
 
 

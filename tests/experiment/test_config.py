@@ -94,11 +94,16 @@ def test_bad_set_values_name_the_field_and_the_expected_type(smoke_config, pair,
         parse_overrides(smoke_config, [pair])
 
 
-def test_sgd_steps_along_the_negative_gradient_and_adamw_stays_the_default():
-    params, grads = {"w": jnp.array([1.0, -2.0])}, {"w": jnp.array([0.5, 4.0])}
+def test_sgd_steps_along_the_negative_gradient_decay_spares_vectors_and_adamw_is_default():
+    params = {"w": jnp.array([[1.0, -2.0]]), "b": jnp.array([3.0])}
+    grads = {"w": jnp.array([[0.5, 4.0]]), "b": jnp.array([-1.0])}
     sgd = optimizer(OptimConfig(optimizer="sgd", weight_decay=0.1), steps=10)
     updates, _ = sgd.update(grads, sgd.init(params), params)
     np.testing.assert_allclose(updates["w"], -(grads["w"] + 0.1 * params["w"]), rtol=1e-6)
+    np.testing.assert_allclose(updates["b"], -grads["b"], rtol=1e-6)  # vectors: no decay
+    every = optimizer(OptimConfig(optimizer="sgd", weight_decay=0.1, decay_all=True), steps=10)
+    updates, _ = every.update(grads, every.init(params), params)
+    np.testing.assert_allclose(updates["b"], -(grads["b"] + 0.1 * params["b"]), rtol=1e-6)
     adam = optimizer(OptimConfig(), steps=10)
     updates, _ = adam.update(grads, adam.init(params), params)
     np.testing.assert_allclose(updates["w"], -jnp.sign(grads["w"]), rtol=1e-3)  # first step

@@ -2,6 +2,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import jaxtyping
 import numpy as np
 import optax
 import pytest
@@ -127,7 +128,10 @@ def test_config_score_fields_reach_the_score_modules():
     ],
 )
 def test_config_rejects_bad_values_by_name(values, error, match):
-    with pytest.raises(error, match=match):
+    """Our own error, or under jaxtyping's runtime checks a ``TypeCheckError`` naming the
+    field of a value of the wrong type."""
+    field = next(iter(values))
+    with pytest.raises((error, jaxtyping.TypeCheckError), match=rf"{match}|parameter '{field}'"):
         ann.ModelConfig.from_dict({"vocab_size": V, **values})
 
 

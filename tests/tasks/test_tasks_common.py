@@ -5,6 +5,7 @@ import math
 import chex
 import jax
 import jax.numpy as jnp
+import jaxtyping
 import numpy as np
 import pytest
 
@@ -124,7 +125,10 @@ BAD_CONFIGS = [
 
 @pytest.mark.parametrize(("name", "field", "value"), BAD_CONFIGS)
 def test_configs_reject_bad_values(name, field, value):
-    with pytest.raises(ValueError, match=rf"\.{field} must be"):
+    """Our own error, or under jaxtyping's runtime checks a ``TypeCheckError`` naming the
+    field for a value of the wrong type."""
+    error = (ValueError, jaxtyping.TypeCheckError)
+    with pytest.raises(error, match=rf"\.{field} must be|parameter '{field}'"):
         tasks.get(name).config(**{field: value})
 
 
