@@ -54,13 +54,13 @@ class ForcedLogits(Trainer):
         return model
 
     def init(self, runs: Runs):
-        (params, rest, opt_state), lrs = super().init(runs)
+        state, lrs = super().init(runs)
 
         def force(v):
             return v.replace(v[...] * self.kappas[:, None]) if isinstance(v, FixedScale) else v
 
-        rest = jax.tree.map(force, rest, is_leaf=lambda v: isinstance(v, nnx.Variable))
-        return (params, rest, opt_state), lrs
+        rest = jax.tree.map(force, state.rest, is_leaf=lambda v: isinstance(v, nnx.Variable))
+        return state._replace(rest=rest), lrs
 
 
 def lr_sensitivity(losses: np.ndarray, loss0: np.ndarray) -> np.ndarray:
@@ -83,20 +83,19 @@ def lr_sweep(config: ExperimentConfig, out: Path, lrs, seeds: int) -> dict[str, 
     return result | {"loss0": trainer.evaluate(initial, runs, "test")["loss"][:seeds]}
 
 
-def forced_logits(config: ExperimentConfig, kappas, seeds: int) -> dict[str, np.ndarray]:
+def forced_logits(config: ExperimentConfig, out: Path, kappas, seeds: int) -> dict[str, np.ndarray]:
     """Final test ``loss`` and ``attention_max_logit`` and the validation loss ``valid_loss``
     ``[K, seeds]`` at the config's learning rate with the logits forced by ``κ``
-    (:class:`ForcedLogits`), all runs in one program."""
+    (:class:`ForcedLogits`), all runs in one program, in the run folder ``out``."""
     config = with_overrides(config, {"model.score": "cosine"})
-    seed_range = range(config.train.seed, config.train.seed + seeds)
-    runs = Runs.grid(seed_range, [config.optim.learning_rate] * len(kappas))
-    trainer = ForcedLogits(config, np.repeat(kappas, seeds))
-    state, lrs = trainer.init(runs)
-    for step in range(0, config.train.steps, config.train.eval_every):
-        state, _ = trainer.train_chunk(state, runs, lrs, step)
-    final = trainer.evaluate(state, runs, "test")
-    final["valid_loss"] = trainer.evaluate(state, runs, "valid")["loss"]
-    return {m: final[m].reshape(len(kappas), seeds) for m in (*METRICS, "valid_loss")}
+    rows = train_and_evaluate(
+        config, out, num_seeds=seeds, learning_rates=[config.optim.learning_rate] * len(kappas),
+        overwrite=True, trainer=ForcedLogits(config, np.repeat(kappas, seeds)),
+    )  # fmt: skip
+    columns = {m: f"test_{m}" for m in METRICS} | {"valid_loss": "valid_loss"}
+    return {
+        m: np.array([r[c] for r in rows]).reshape(len(kappas), seeds) for m, c in columns.items()
+    }
 
 
 def analyze(out: Path, smoke: bool) -> record.Analysis:
@@ -118,7 +117,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     # runtime (2 cores, 2 or 3 threads, every program waiting with the CPU idle).
     sweeps = {qk: lr_sweep(with_overrides(config, {"model.qk_norm": qk}), out / f"qk_norm={qk}",
                            lrs, seeds) for qk in (False, True)}  # fmt: skip
-    forced = forced_logits(config, kappas, seeds)
+    forced = forced_logits(config, out / "forced_logits", kappas, seeds)
     spec = config.task.spec.baselines
     _plot(lrs, sweeps, kappas, forced, spec, out / "summary.png")
     table = _tables(lrs, sweeps, kappas, forced, spec, config.optim.learning_rate)

@@ -13,7 +13,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from attnjax.analysis.diagnostics import entropy, head_similarity
-from attnjax.nn import HeadGate, MultiHeadAttention
+from attnjax.nn import HeadGate, capture_attention
 
 LossFn = Callable[[Array, dict], Float[Array, ""]]  # (logits, batch) -> scalar
 
@@ -35,18 +35,9 @@ def set_gates(model: nnx.Module, gates: Float[Array, " heads"]) -> None:
 
 def attention_maps(model: nnx.Module, batch: dict) -> list[Float[Array, "B N T S"]]:
     """The attention weights of every :class:`MultiHeadAttention` layer of ``model`` on
-    ``batch``, in ``nnx.state`` order, from one forward pass (each layer's ``sow_weights``
-    switch is restored afterwards)."""
-    layers = [m for _, m in nnx.iter_modules(model) if isinstance(m, MultiHeadAttention)]
-    switches = [layer.sow_weights for layer in layers]
-    for layer in layers:
-        layer.sow_weights = True
-    try:
-        _, sown = nnx.capture(model, nnx.Intermediate)(batch)
-    finally:
-        for layer, switch in zip(layers, switches, strict=True):
-            layer.sow_weights = switch
-    return jax.tree.leaves(nnx.filter_state(sown, nnx.PathContains("attention_weights")))
+    ``batch``, in ``nnx.state`` order, from one forward pass
+    (:func:`attnjax.nn.capture_attention`)."""
+    return capture_attention(model, batch)[1]
 
 
 def gradient_importance(model: nnx.Module, batch: dict, loss_fn: LossFn) -> Float[Array, " heads"]:

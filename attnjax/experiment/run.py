@@ -24,7 +24,6 @@ from attnjax.analysis.pruning import attention_maps
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, from_dict
 from attnjax.experiment.trainer import EVAL_SPLITS, QUICK, Runs, Trainer, collect, get_trainer
-from attnjax.nn import MultiHeadAttention
 
 
 def train_and_evaluate(
@@ -35,7 +34,8 @@ def train_and_evaluate(
     learning_rates: Sequence[float] | None = None,
     fields: Mapping[str, Any] | None = None,
     overwrite: bool = False,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+    trainer: Trainer | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``num_seeds`` seeds (from ``config.train.seed``) × ``learning_rates`` (default: the
     config's) in one vectorized program; return the rows of ``results.csv``.
@@ -44,7 +44,9 @@ def train_and_evaluate(
     existing folder with the same config resumes; with another config it is a
     ``FileExistsError`` unless ``overwrite`` (which removes the run's own files, ``RUN_FILES``,
     and nothing else). ``progress(step, total, loss)`` is called after every chunk of steps
-    with the chunk's mean training loss over runs.
+    with the chunk's mean training loss over runs. ``trainer`` (a :class:`Trainer` built for
+    ``config``, e.g. a subclass that changes every run's model) replaces the default one: the
+    trainer computes, this function keeps the run folder (checkpoints, logs, reports).
     """
     workdir = Path(workdir)
     runs, record = _record(config, num_seeds, learning_rates)
@@ -57,7 +59,9 @@ def train_and_evaluate(
     storage.write_json(workdir / "config.json", record)
     environment = storage.environment()
 
-    trainer = get_trainer(config)
+    if trainer is not None and trainer.config != config:
+        raise ValueError("trainer: built for another config than the one given")
+    trainer = trainer or get_trainer(config)
     state, lrs = trainer.init(runs)
     checkpoints = storage.Checkpoints(workdir / "checkpoints")
     start = checkpoints.latest_step()
@@ -93,7 +97,7 @@ def train_and_evaluate(
     storage.write_json(workdir / "env.json", environment)
     metrics = storage.read_jsonl(workdir / "metrics.jsonl")
     report.plot_curves(metrics, workdir / "curves.png", title=config.name)
-    maps = _attention_maps(trainer, state[:2], run=0)
+    maps = _attention_maps(trainer, (state.params, state.rest), run=0)
     if maps:
         title = f"{config.name}: run 0 (seed {runs.seeds[0]}, lr {runs.learning_rates[0]:g})"
         report.plot_attention(maps, workdir / "attention.png", title=title)
@@ -210,7 +214,4 @@ def _model(trainer: Trainer, params_rest: tuple[Any, Any], run: int) -> nnx.Modu
     dropout)."""
     model = nnx.merge(trainer.graphdef, *jax.tree.map(lambda x: x[run], params_rest))
     model.eval()
-    for _, module in nnx.iter_modules(model):
-        if isinstance(module, MultiHeadAttention):
-            module.sow_weights = False  # the trainer's recording switch, not the model's
     return model

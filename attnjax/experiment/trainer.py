@@ -9,7 +9,7 @@ gives the same numbers whether it trains alone or vectorized with others.
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -92,11 +92,19 @@ def _matrices(params: Any) -> Any:
     return jax.tree.map(lambda x: jnp.ndim(x) >= 2, params)
 
 
-class Trainer:
-    """Compiled init, training chunk and evaluation for one :class:`ExperimentConfig`.
+class TrainState(NamedTuple):
+    """The state of every run, each leaf with a leading run axis: the model's ``nnx.Param``
+    state, the rest of its state (buffers, gates, RNG counters) and the optimizer's state."""
 
-    ``state = (params, rest, opt_state)``, each with a leading run axis.
-    """
+    params: Any
+    rest: Any
+    opt_state: Any
+
+
+class Trainer:
+    """Compiled init, training chunk and evaluation for one :class:`ExperimentConfig`: it
+    computes, and stores nothing (:func:`attnjax.experiment.train_and_evaluate` keeps the run
+    folder). States are :class:`TrainState` s with a leading run axis."""
 
     def __init__(self, config: ExperimentConfig):
         self.config = config
@@ -110,37 +118,29 @@ class Trainer:
         self._eval = jit(jax.vmap(self._eval_one, in_axes=(0, 0, 0, None)))
 
     def build_model(self, key: Array) -> nnx.Module:
-        """One run's model from its init ``key``, recording attention weights when the loss or
-        the diagnostics read them. Subclasses may override it to change every run's model."""
-        model = nn.build(self.config.model, nnx.Rngs(key))
-        train = self.config.train
-        if train.diagnostics or train.diversity != "none":
-            for _, module in nnx.iter_modules(model):
-                if isinstance(module, nn.MultiHeadAttention):
-                    module.sow_weights = True
-        return model
+        """One run's model from its init ``key``. Subclasses may override it to change every
+        run's model."""
+        return nn.build(self.config.model, nnx.Rngs(key))
 
-    def _init_one(self, seed: Array) -> tuple[Any, Any, Any]:
+    def _init_one(self, seed: Array) -> TrainState:
         key = jax.random.fold_in(jax.random.key(seed), INIT)
         _, params, rest = nnx.split(self.build_model(key), nnx.Param, ...)
-        return params, rest, self.tx.init(params)
+        return TrainState(params, rest, self.tx.init(params))
 
     def _forward(
         self, params: Any, rest: Any, batch: dict, dropout_key: Array | None = None
     ) -> tuple[Array, list[Array], list[Array]]:
-        """Logits ``[B, T, C]``, and the attention weights ``[B, N, T, S]`` and their
-        log-sum-exp ``[B, N, T]`` sown by each layer. Dropout is applied, with masks drawn from
-        ``dropout_key``, iff a key is given (training); evaluation is deterministic."""
+        """Logits ``[B, T, C]``, and, when the loss or the diagnostics read them, each layer's
+        attention weights ``[B, N, T, S]`` and their log-sum-exp ``[B, N, T]``. Dropout is
+        applied, with masks drawn from ``dropout_key``, iff a key is given (training);
+        evaluation is deterministic."""
         model = nnx.merge(self.graphdef, params, rest)
         call = {}
         if self.config.model.dropout > 0:
             call = {"deterministic": dropout_key is None, "rngs": dropout_key}
-        logits, sown = nnx.capture(model, nnx.Intermediate)(batch, **call)
-        weights, lse = (
-            jax.tree.leaves(nnx.filter_state(sown, nnx.PathContains(name)))
-            for name in ("attention_weights", "attention_lse")
-        )
-        return logits, weights, lse
+        train = self.config.train
+        record = train.diagnostics or train.diversity != "none"
+        return nn.capture_attention(model, batch, record=record, **call)
 
     def _loss(self, params: Any, rest: Any, batch: dict, dropout_key: Array) -> Float[Array, ""]:
         train = self.config.train
@@ -157,7 +157,7 @@ class Trainer:
             loss = loss + train.diversity_weight * sum(penalty(w) for w in weights)
         return loss
 
-    def _step_one(self, state, learning_rate, seed: Array, step: Array):
+    def _step_one(self, state: TrainState, learning_rate, seed: Array, step: Array):
         """Training step ``step`` of one run: the batch and the dropout masks are drawn from
         keys of (seed, step), so reruns and resumed runs are bit-exact. New state, loss."""
         params, rest, opt_state = state
@@ -168,7 +168,7 @@ class Trainer:
         loss, grads = jax.value_and_grad(self._loss)(params, rest, batch, dropout_key)
         updates, opt_state = self.tx.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: learning_rate * u, updates)
-        return (optax.apply_updates(params, updates), rest, opt_state), loss
+        return TrainState(optax.apply_updates(params, updates), rest, opt_state), loss
 
     def _chunk_one(self, state, learning_rate, seed, start_step):
         """``eval_every`` steps of one run; returns the new state and the mean training loss."""
@@ -198,7 +198,7 @@ class Trainer:
             metrics |= _diagnostics(weights, lse)
         return metrics
 
-    def init(self, runs: Runs) -> tuple[Any, Array]:
+    def init(self, runs: Runs) -> tuple[TrainState, Array]:
         """The initial states of ``runs`` and their learning rates, sharded over devices."""
         seeds = jnp.asarray(runs.seeds, jnp.uint32)
         state = self._init(seeds)
@@ -210,11 +210,10 @@ class Trainer:
         seeds = shard_runs(jnp.asarray(runs.seeds, jnp.uint32))
         return self._chunk(state, learning_rates, seeds, jnp.int32(start_step))
 
-    def evaluate(self, state, runs: Runs, split: str) -> dict[str, np.ndarray]:
+    def evaluate(self, state: TrainState, runs: Runs, split: str) -> dict[str, np.ndarray]:
         """Metrics of every run on its seed's evaluation batch of ``split``, each ``[R]``."""
-        params, rest, _ = state
         seeds = shard_runs(jnp.asarray(runs.seeds, jnp.uint32))
-        metrics = self._eval(params, rest, seeds, jnp.uint32(EVAL_SPLITS[split]))
+        metrics = self._eval(state.params, state.rest, seeds, jnp.uint32(EVAL_SPLITS[split]))
         return {k: np.asarray(v) for k, v in metrics.items()}
 
     def param_count(self) -> int:

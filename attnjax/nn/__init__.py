@@ -1,7 +1,7 @@
 """Flax NNX modules: score modules, multi-head attention, positional encodings, transformer
 blocks and stacks, RNN/CNN baselines, and ``build(ModelConfig, rngs)``."""
 
-from attnjax.nn.attention import HeadGate, MultiHeadAttention
+from attnjax.nn.attention import HeadGate, MultiHeadAttention, capture_attention
 from attnjax.nn.baselines import CausalCnn, Rnn, shifted_matmul_conv
 from attnjax.nn.config import MODELS, ModelConfig, build, register
 from attnjax.nn.models import InputEmbedding, Transformer
@@ -27,6 +27,7 @@ __all__ = [
     "Sinusoidal",
     "Transformer",
     "build",
+    "capture_attention",
     "make_score",
     "register",
     "rope",

@@ -4,6 +4,7 @@ gates, all on top of :func:`attnjax.attention`."""
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
@@ -197,6 +198,30 @@ class MultiHeadAttention(nnx.Module):
             self.sow(nnx.Intermediate, "attention_lse", lse)
         out = self.out(out * self.gate[...][:, None].astype(out.dtype))
         return (out, weights) if return_weights else out
+
+
+def capture_attention(
+    model: nnx.Module, *args: Any, record: bool = True, **kwargs: Any
+) -> tuple[Any, list[Float[Array, "B N T S"]], list[Float[Array, "B N T"]]]:
+    """``(model(*args, **kwargs), weights, lse)``: with ``record``, every
+    :class:`MultiHeadAttention` of ``model`` sows its attention weights and their
+    log-sum-exp during this call (one array per layer, in ``nnx.state`` order; layers then run
+    on the dense path); each layer's ``sow_weights`` switch is restored afterwards. Without
+    ``record``, only the layers whose switch is on are captured."""
+    layers = [m for _, m in nnx.iter_modules(model) if isinstance(m, MultiHeadAttention)]
+    switches = [layer.sow_weights for layer in layers]
+    for layer in layers:
+        layer.sow_weights = layer.sow_weights or record
+    try:
+        out, sown = nnx.capture(model, nnx.Intermediate)(*args, **kwargs)
+    finally:
+        for layer, switch in zip(layers, switches, strict=True):
+            layer.sow_weights = switch
+    weights, lse = (
+        jax.tree.leaves(nnx.filter_state(sown, nnx.PathContains(name)))
+        for name in ("attention_weights", "attention_lse")
+    )
+    return out, weights, lse
 
 
 def _weighted_sum(
