@@ -4,6 +4,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import inspect
 import math
 import os
 import sys
@@ -178,6 +179,20 @@ def _sweep_plan(args: argparse.Namespace):
     return module, dataclasses.replace(exp, base=experiment.with_overrides(exp.base, overrides))
 
 
+@_usage_errors
+def _analysis_options(module, args: argparse.Namespace) -> dict[str, object]:
+    """``seeds`` (when given on the command line) and ``overwrite`` for the file's
+    ``analyze``; ``--seeds`` for a file whose only part, its analysis, takes no seeds is an
+    error (a file with a sweep too uses them there)."""
+    options = {"overwrite": args.overwrite}
+    if args.seeds is not None:
+        if "seeds" in inspect.signature(module.analyze).parameters:
+            options["seeds"] = args.seeds
+        elif not hasattr(module, "get_experiment"):
+            raise ValueError(f"--seeds: {args.experiment}'s analysis takes no seeds")
+    return options
+
+
 def sweep(args: argparse.Namespace) -> None:
     """Run an experiment file: its ``analyze(out, smoke)`` (measurements, and training of its
     own) and/or its ``get_experiment(smoke)`` sweep (``--set`` changes its base config; the
@@ -193,7 +208,9 @@ def sweep(args: argparse.Namespace) -> None:
     environment = record.environment(args.argv)  # the code as the run starts
     verdicts, bodies = {}, []
     if hasattr(module, "analyze"):
-        analysis = module.analyze(out, args.smoke)
+        options = _analysis_options(module, args)
+        with _folder_errors():
+            analysis = module.analyze(out, args.smoke, **options)
         storage.write_csv(out / analysis.csv_name, analysis.rows)
         verdicts |= analysis.verdicts
         bodies.append(analysis.body)
@@ -201,7 +218,8 @@ def sweep(args: argparse.Namespace) -> None:
     if exp is not None:
         with Progress(len(exp.points)) as progress, _folder_errors():
             outcome = experiment.sweep(
-                exp, out, num_seeds=args.seeds, overwrite=args.overwrite, workers=args.workers,
+                exp, out, num_seeds=args.seeds or 5, overwrite=args.overwrite,
+                workers=args.workers,
                 progress=progress,
             )  # fmt: skip
         verdicts[outcome.claim_id] = (outcome.verdict, outcome.reason)
@@ -253,7 +271,10 @@ def main(argv: list[str] | None = None) -> None:
     ]:
         sub = commands.add_parser(name, help=help_text)
         sub.add_argument(target, help="a Python file (it is code: run only files you trust)")
-        sub.add_argument("--seeds", type=int, default=5 if name == "sweep" else 1)
+        sub.add_argument(
+            "--seeds", type=int, default=None if name == "sweep" else 1,
+            help="seeds per point (sweep: 5, or an analysis' own count, unless given)",
+        )  # fmt: skip
         sub.add_argument("--out", type=Path, help="output folder (default runs/<name>)")
         sub.add_argument("--smoke", action="store_true", help="a seconds-long version")
         sub.add_argument(

@@ -161,9 +161,11 @@ def verdict(summary: Summary, init: dict, trained: dict) -> tuple[str, str]:
     return combine(parts.values()), reason
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
-    """Train every point for ``SEEDS`` seeds × ``LEARNING_RATES`` (the CLI's ``--seeds`` does
-    not apply), each point at its best rate on validation accuracy; measure
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
+    """Train every point for ``SEEDS`` seeds × ``LEARNING_RATES`` (``--seeds`` sets
+    another count), each point at its best rate on validation accuracy; measure
     :func:`hidden_stats` on each seed's test batch at initialization and after training.
 
     Verdict rule (declared before the full run; S = 8 keys). Each part *holds* (supported), is
@@ -181,13 +183,13 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     No pilot informed the rule: only a smoke run (20 steps) preceded the first full run.
     """
     base = base_config(smoke)
-    seeds = 1 if smoke else SEEDS
+    seeds = seeds or (1 if smoke else SEEDS)
     experiment = Experiment(
         name="activation", claim_id="S8", claim=" ".join(__doc__.split()), base=base,
         points=POINTS, metric="accuracy", verdict=lambda s: ("inconclusive", "see analysis"),
         learning_rates=LEARNING_RATES,
     )  # fmt: skip
-    outcome = sweep(experiment, out, num_seeds=seeds)
+    outcome = sweep(experiment, out, num_seeds=seeds, overwrite=overwrite)
     summary = outcome.summary
     seed_range = range(base.train.seed, base.train.seed + seeds)
     init, trained, rows = {}, {}, []

@@ -58,7 +58,9 @@ def query_top_weights(folder: Path, seed: int, learning_rate: float) -> np.ndarr
     return np.asarray(jnp.max(maps[0][:, 0, -1, :], axis=-1))
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
     """Sweep the three points (``SEEDS`` seeds × ``LEARNING_RATES``, accuracy, best rate on
     validation), then read each seed's query-row attention at its point's chosen rate.
 
@@ -73,14 +75,14 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     base = base_config(smoke)
     length = base.task.spec.seq_len
     named = points(length)
-    seeds = 1 if smoke else SEEDS
+    seeds = seeds or (1 if smoke else SEEDS)
     exp = Experiment(
         name="cosine_bound", claim_id="S4", claim=" ".join(__doc__.split()), base=base,
         points=tuple(named.values()), metric="accuracy",
         verdict=lambda summary: ("inconclusive", "judged on the attention weights"),
         learning_rates=LEARNING_RATES[:2] if smoke else LEARNING_RATES,
     )  # fmt: skip
-    outcome = sweep(exp, out / "sweep", num_seeds=seeds)
+    outcome = sweep(exp, out / "sweep", num_seeds=seeds, overwrite=overwrite)
     bound = float(analysis.cosine_weight_bound(1.0, KEYS))
     rows, table, top = [], [], {}
     for (name, point), folder in zip(named.items(), outcome.folders, strict=True):

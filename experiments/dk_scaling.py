@@ -63,7 +63,7 @@ def init_logits(score: str, head_dim: int, num_samples: int, seed: int = 0) -> j
     return module.logits(q, k)[:, 0, 0]
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analysis:
     """S1 at initialization: Var, max weight, entropy and Jacobian norm per score and H.
 
     Verdict rule (declared before measuring): *supported* iff unscaled dot's Var/H is in

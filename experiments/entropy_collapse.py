@@ -52,7 +52,9 @@ def first_below(values: np.ndarray, steps: np.ndarray, floor: float) -> int | No
     return int(steps[below[0]]) if below.size else None
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
     """Train every learning rate × seed; a run *spikes* at the first evaluation whose training
     loss is NaN or ``SPIKE`` = 0.3 nats above its lowest loss so far; runs that never spike and
     end below the bigram loss (they learned the order-2 context) are *stable* (runs that never
@@ -68,8 +70,11 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     base = load_file(_CONFIG).get_config("smoke" if smoke else None)
     every = base.train.eval_every if smoke else EVAL_EVERY
     config = with_overrides(base, {"train.eval_every": every, "model.qk_norm": False})
-    lrs, seeds = ((1e-2, 3.0), 1) if smoke else (LEARNING_RATES, SEEDS)
-    train_and_evaluate(config, out / "train", num_seeds=seeds, learning_rates=lrs, overwrite=True)
+    lrs, default = ((1e-2, 3.0), 1) if smoke else (LEARNING_RATES, SEEDS)
+    seeds = seeds or default
+    train_and_evaluate(
+        config, out / "train", num_seeds=seeds, learning_rates=lrs, overwrite=overwrite
+    )
     runs = trajectories(read_jsonl(out / "train" / "metrics.jsonl"))
     spikes = {k: spike_step(r["loss"], r["step"]) for k, r in runs.items()}
     bigram = config.task.spec.baselines["bigram_loss"]

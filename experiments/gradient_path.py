@@ -41,7 +41,9 @@ def far_near(curve: np.ndarray) -> float:
     return float(curve[-(len(curve) // 4) :].mean() / curve[1:5].mean())
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
     """Mean over seeds of the gradient norm at distance L, at initialization.
 
     Verdict rule (declared before measuring), with r = mean g over the last quarter of
@@ -51,7 +53,8 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     r < ``DECAYED`` or a recurrent r ≥ ``FLAT``; else *inconclusive*.
     The CNN is reported, not judged.
     """
-    length, seeds = (16, 1) if smoke else (128, 5)
+    length, default = (16, 1) if smoke else (128, 5)
+    seeds = seeds or default
     per_seed = {name: [gradient_by_distance(fields, length, s) for s in range(seeds)]
                 for name, fields in MODELS.items()}  # fmt: skip
     curves = {name: np.mean(c, axis=0) for name, c in per_seed.items()}

@@ -58,7 +58,9 @@ def seed_stats(maps: list[np.ndarray]) -> dict[str, float]:
     }
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
     """Train the head-pruning config for ``SEEDS`` seeds; on each seed's test batch, take every
     layer's attention maps and, per query row, the heads whose top weight is ≥ 0.5.
 
@@ -69,8 +71,8 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     agree, so their average stays sharp); else *inconclusive*.
     """
     config = load_file(_CONFIG).get_config("smoke" if smoke else None)
-    seeds = 1 if smoke else SEEDS
-    train_and_evaluate(config, out / "train", num_seeds=seeds, overwrite=True)
+    seeds = seeds or (1 if smoke else SEEDS)
+    train_and_evaluate(config, out / "train", num_seeds=seeds, overwrite=overwrite)
     trainer = get_trainer(config)
     rows, per_seed, example = [], [], None
     for r, seed in enumerate(range(config.train.seed, config.train.seed + seeds)):

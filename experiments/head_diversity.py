@@ -134,9 +134,11 @@ def _experiment(smoke: bool) -> tuple[Experiment, list[Point]]:
     return experiment, points
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
     """Heads on degenerate inputs at initialization, then a training sweep (``SEEDS`` seeds,
-    vectorized; the CLI's ``--seeds`` does not apply) of head count × penalty × weight.
+    vectorized; ``--seeds`` sets another count) of head count × penalty × weight.
 
     Verdict rule (declared before measuring). *Collapse* holds iff on identical and on zero
     inputs every model (each point and seed, at initialization and trained) has head
@@ -149,8 +151,8 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     (identical tokens plus sinusoidal or rotary positions) are reported, not judged.
     """
     experiment, points = _experiment(smoke)
-    seeds = 1 if smoke else SEEDS
-    outcome = sweep(experiment, out, num_seeds=seeds)
+    seeds = seeds or (1 if smoke else SEEDS)
+    outcome = sweep(experiment, out, num_seeds=seeds, overwrite=overwrite)
     summary = outcome.summary
     base = experiment.base
     seed_range = range(base.train.seed, base.train.seed + seeds)

@@ -61,7 +61,7 @@ def _judge(intervals: list[tuple[float, float, float]]) -> str:
     return "supported" if inside else "inconclusive"
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analysis:
     """For h in ``HEADS`` (D = 64, T = 16) and many initializations: (1) the output's mean
     square relative to h = 1; (2) the variance ratio ``E‖Σ c_i‖² / Σ E‖c_i‖²``, which is 1 when
     the heads' contributions are uncorrelated — then the output is the average of h

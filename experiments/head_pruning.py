@@ -30,7 +30,9 @@ def plateau(curve: list[tuple[float, float]]) -> float:
     return kept
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
     """Train the config for ``SEEDS`` seeds, then prune each seed's model one head per step by
     each order: importances measured on one batch, the loss on another (both drawn per seed).
 
@@ -43,8 +45,9 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     importance order keeps m ≥ 0.9 at 10% pruned; else *inconclusive*.
     """
     config = load_file(_CONFIG).get_config("smoke" if smoke else None)
-    seeds, size = (1, 64) if smoke else (SEEDS, 1024)
-    train_and_evaluate(config, out / "train", num_seeds=seeds, overwrite=True)
+    default, size = (1, 64) if smoke else (SEEDS, 1024)
+    seeds = seeds or default
+    train_and_evaluate(config, out / "train", num_seeds=seeds, overwrite=overwrite)
     task = tasks.get(task_name(config.task))
     bigram = config.task.spec.baselines["bigram_loss"]
     loss = nnx.jit(lambda m, b: task.loss(m(b), b))

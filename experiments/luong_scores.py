@@ -58,7 +58,9 @@ def experiment(name: str, smoke: bool) -> Experiment:
     )
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
     """One sweep per task (one head, dot vs general, ``SEEDS`` seeds × the learning-rate grid,
     best rate chosen on validation), compared on the test loss.
 
@@ -67,11 +69,12 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     *supported* iff general wins on no task, *refuted* iff it wins on at least one.
     """
     rows, table, summaries = [], [], {}
+    seeds = seeds or (1 if smoke else SEEDS)
     for name, (_, overrides) in TASKS.items():
         exp = experiment(name, smoke)
         # One point at a time: the Markov config's evaluations (attention diagnostics) deadlock
         # XLA's CPU runtime when two points run in threads, as in the QK-norm experiment.
-        outcome = sweep(exp, out / name, num_seeds=1 if smoke else SEEDS, workers=1)
+        outcome = sweep(exp, out / name, num_seeds=seeds, overwrite=overwrite, workers=1)
         summaries[name] = outcome.summary
         rows += [{"task": name} | r for r in read_csv(out / name / "results.csv")]
         dot, general = (outcome.summary[overrides | p] for p in (DOT, GENERAL))
@@ -84,7 +87,7 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
         "; ".join(
             f"{task}: dot {dot}, general {general} → {win}" for task, dot, general, win in table
         )
-        + f" (test loss, nats, mean ± 95% interval over {1 if smoke else SEEDS} seeds)."
+        + f" (test loss, nats, mean ± 95% interval over {seeds} seeds)."
     )
     _plot(summaries, out / "summary.png")
     body = markdown_table(["task", "dot: test loss", "general: test loss", "lower loss"], table)

@@ -126,9 +126,11 @@ def _experiment(smoke: bool) -> Experiment:
     )
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
-    """Train every point for ``SEEDS`` seeds (vectorized; the CLI's ``--seeds`` does not apply
-    here), then measure attention at initialization and after training, and accuracy past the
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
+    """Train every point for ``SEEDS`` seeds (vectorized; ``--seeds`` sets another
+    count), then measure attention at initialization and after training, and accuracy past the
     trained length ``T``.
 
     Verdict rule (declared before measuring). Yardsticks: the measured accuracy without
@@ -143,8 +145,9 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     ``ValueError``) and RoPE, accuracy on positions ≥ T of sequences 2T and 4T long.
     """
     experiment = _experiment(smoke)
-    seeds, batch_size, factors = (1, 16, (1, 4)) if smoke else (SEEDS, 256, LENGTH_FACTORS)
-    outcome = sweep(experiment, out, num_seeds=seeds)
+    default, batch_size, factors = (1, 16, (1, 4)) if smoke else (SEEDS, 256, LENGTH_FACTORS)
+    seeds = seeds or default
+    outcome = sweep(experiment, out, num_seeds=seeds, overwrite=overwrite)
     summary, base = outcome.summary, experiment.base
     seed_range = range(base.train.seed, base.train.seed + seeds)
     t = base.task.seq_len

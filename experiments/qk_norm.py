@@ -71,10 +71,12 @@ def lr_sensitivity(losses: np.ndarray, loss0: np.ndarray) -> np.ndarray:
     return capped.mean(axis=0) - capped.min(axis=0)
 
 
-def lr_sweep(config: ExperimentConfig, out: Path, lrs, seeds: int) -> dict[str, np.ndarray]:
+def lr_sweep(
+    config: ExperimentConfig, out: Path, lrs, seeds: int, overwrite: bool
+) -> dict[str, np.ndarray]:
     """Final test ``loss`` and ``attention_max_logit`` and the validation loss ``valid_loss``
     ``[L, seeds]``, and ``loss0 [seeds]``."""
-    rows = train_and_evaluate(config, out, num_seeds=seeds, learning_rates=lrs, overwrite=True)
+    rows = train_and_evaluate(config, out, num_seeds=seeds, learning_rates=lrs, overwrite=overwrite)
     result = {m: np.array([r[f"test_{m}"] for r in rows]).reshape(len(lrs), seeds) for m in METRICS}
     result["valid_loss"] = np.array([r["valid_loss"] for r in rows]).reshape(len(lrs), seeds)
     trainer = get_trainer(config)  # the same compiled programs; runs are lr-major
@@ -83,14 +85,16 @@ def lr_sweep(config: ExperimentConfig, out: Path, lrs, seeds: int) -> dict[str, 
     return result | {"loss0": trainer.evaluate(initial, runs, "test")["loss"][:seeds]}
 
 
-def forced_logits(config: ExperimentConfig, out: Path, kappas, seeds: int) -> dict[str, np.ndarray]:
+def forced_logits(
+    config: ExperimentConfig, out: Path, kappas, seeds: int, overwrite: bool
+) -> dict[str, np.ndarray]:
     """Final test ``loss`` and ``attention_max_logit`` and the validation loss ``valid_loss``
     ``[K, seeds]`` at the config's learning rate with the logits forced by ``κ``
     (:class:`ForcedLogits`), all runs in one program, in the run folder ``out``."""
     config = with_overrides(config, {"model.score": "cosine"})
     rows = train_and_evaluate(
         config, out, num_seeds=seeds, learning_rates=[config.optim.learning_rate] * len(kappas),
-        overwrite=True, trainer=ForcedLogits(config, np.repeat(kappas, seeds)),
+        overwrite=overwrite, trainer=ForcedLogits(config, np.repeat(kappas, seeds)),
     )  # fmt: skip
     columns = {m: f"test_{m}" for m in METRICS} | {"valid_loss": "valid_loss"}
     return {
@@ -98,7 +102,9 @@ def forced_logits(config: ExperimentConfig, out: Path, kappas, seeds: int) -> di
     }
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(
+    out: Path, smoke: bool, *, seeds: int | None = None, overwrite: bool = False
+) -> record.Analysis:
     """The LR sweep with and without QK-norm, and the forced-logit runs.
 
     Verdict rule (declared before running): with LR sensitivity computed per seed and the
@@ -112,12 +118,13 @@ def analyze(out: Path, smoke: bool) -> record.Analysis:
     """
     config = load_file(_CONFIG).get_config("smoke" if smoke else None)
     lrs = (1e-2, 3.0) if smoke else LEARNING_RATES
-    kappas, seeds = ((1.0, 1e3, 1e4), 1) if smoke else (KAPPAS, SEEDS)
+    kappas, default = ((1.0, 1e3, 1e4), 1) if smoke else (KAPPAS, SEEDS)
+    seeds = seeds or default
     # One after another: run from threads, these programs' evaluations deadlocked XLA's CPU
     # runtime (2 cores, 2 or 3 threads, every program waiting with the CPU idle).
     sweeps = {qk: lr_sweep(with_overrides(config, {"model.qk_norm": qk}), out / f"qk_norm={qk}",
-                           lrs, seeds) for qk in (False, True)}  # fmt: skip
-    forced = forced_logits(config, out / "forced_logits", kappas, seeds)
+                           lrs, seeds, overwrite) for qk in (False, True)}  # fmt: skip
+    forced = forced_logits(config, out / "forced_logits", kappas, seeds, overwrite)
     spec = config.task.spec.baselines
     _plot(lrs, sweeps, kappas, forced, spec, out / "summary.png")
     table = _tables(lrs, sweeps, kappas, forced, spec, config.optim.learning_rate)

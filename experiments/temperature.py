@@ -41,7 +41,7 @@ def temperature_stats(
     }
 
 
-def analyze(out: Path, smoke: bool) -> record.Analysis:
+def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analysis:
     """Entropy and score gradients vs τ for unit-variance scores over ``NUM_KEYS`` keys.
 
     Verdict rule (declared before measuring): the claim is about a typical row, so it is read on

@@ -1,3 +1,4 @@
+import inspect
 import json
 import pathlib
 import re
@@ -23,10 +24,16 @@ EXPERIMENTS = pathlib.Path(__file__).parents[2] / "experiments"
 @pytest.fixture
 def run_smoke(tmp_path, capsys):
     """``run_smoke(name) -> (printed lowercase, out folder)`` of
-    ``attnjax sweep experiments/<name>.py --smoke --seeds 1``."""
+    ``attnjax sweep experiments/<name>.py --smoke --seeds 1`` (no ``--seeds`` for a
+    measurement that takes none)."""
 
     def run(name: str) -> tuple[str, pathlib.Path]:
-        args = ["sweep", str(EXPERIMENTS / f"{name}.py"), "--smoke", "--seeds", "1"]
+        module = load_file(EXPERIMENTS / f"{name}.py")
+        seedless = not hasattr(module, "get_experiment") and "seeds" not in (
+            inspect.signature(module.analyze).parameters
+        )  # a measurement without seeds: --seeds would be an error
+        seeds = [] if seedless else ["--seeds", "1"]
+        args = ["sweep", str(EXPERIMENTS / f"{name}.py"), "--smoke", *seeds]
         main([*args, "--out", str(tmp_path)])
         return capsys.readouterr().out.lower(), tmp_path
 

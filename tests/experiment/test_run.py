@@ -308,3 +308,35 @@ def test_tensorboard_scalars_per_run_and_attention_arrays(smoke_config, tmp_path
     heads, length = config.model.heads, config.task.spec.seq_len
     assert sorted(arrays) == ["layer_0"] and arrays["layer_0"].shape == (heads, length, length)
     np.testing.assert_allclose(arrays["layer_0"].sum(-1), 1.0, atol=1e-5)
+
+
+ANALYSIS = (
+    "from attnjax.experiment import Analysis, load_file, train_and_evaluate\n"
+    f"base = load_file({str(ROOT / 'configs' / 'xor_relation.py')!r}).get_config('smoke')\n"
+    "def analyze(out, smoke, *, seeds=None, overwrite=False):\n"
+    "    rows = train_and_evaluate(base, out / 'train', num_seeds=seeds or 1,\n"
+    "                              overwrite=overwrite)\n"
+    "    return Analysis(rows, 'trained', {'T2': ('inconclusive', 'a test')})\n"
+)
+
+
+def test_analysis_experiments_take_seeds_overwrite_and_resume(tmp_path, capsys):
+    experiment = tmp_path / "analysis.py"
+    experiment.write_text(ANALYSIS)
+    out = tmp_path / "out"
+    command = ["sweep", str(experiment), "--out", str(out)]
+    cli.main([*command, "--seeds", "2"])
+    assert len(read_csv(out / "results.csv")) == 2
+    checkpoint = sorted((out / "train" / "checkpoints").iterdir())
+    cli.main([*command, "--seeds", "2"])  # the same runs: resumed, nothing retrained
+    assert sorted((out / "train" / "checkpoints").iterdir()) == checkpoint
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*command, "--seeds", "3"])  # other runs in the folder
+    assert exit_info.value.code == 2 and "--overwrite" in capsys.readouterr().err
+    cli.main([*command, "--seeds", "3", "--overwrite"])
+    assert len(read_csv(out / "results.csv")) == 3
+    (tmp_path / "fixed.py").write_text(ANALYSIS.replace("*, seeds=None, ", "*, "))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["sweep", str(tmp_path / "fixed.py"), "--seeds", "2", "--out", str(out)])
+    assert exit_info.value.code == 2 and "takes no seeds" in capsys.readouterr().err
