@@ -157,8 +157,9 @@ def run(args: argparse.Namespace) -> None:
             config, out, num_seeds=args.seeds, overwrite=args.overwrite,
             progress=functools.partial(progress, config.name),
         )  # fmt: skip
-    print((Path(out) / "report.md").read_text())
-    print(f"run folder: {out}")
+    if jax.process_index() == 0:  # across processes, process 0 wrote the folder
+        print((Path(out) / "report.md").read_text())
+        print(f"run folder: {out}")
 
 
 @_usage_errors
@@ -228,6 +229,8 @@ def sweep(args: argparse.Namespace) -> None:
         print(summary_table(outcome.summary, exp))
         for point in edge_points(outcome.summary):
             print(f"best learning rate at the edge of the grid: {point}")
+    if jax.process_index() != 0:  # across processes, process 0 writes the record
+        return
     record.write_report(out, verdicts, bodies)
     storage.write_json(out / "env.json", environment)
     print(record.verdict_lines(verdicts), end="")

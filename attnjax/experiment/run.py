@@ -18,12 +18,21 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from jaxtyping import Array
 
 from attnjax.analysis.pruning import attention_maps
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, from_dict
-from attnjax.experiment.trainer import EVAL_SPLITS, QUICK, Runs, Trainer, collect, get_trainer
+from attnjax.experiment.trainer import (
+    EVAL_SPLITS,
+    QUICK,
+    Runs,
+    Trainer,
+    collect,
+    gather,
+    get_trainer,
+)
 
 
 def train_and_evaluate(
@@ -53,10 +62,13 @@ def train_and_evaluate(
     check_workdir(
         config, workdir, num_seeds=num_seeds, learning_rates=learning_rates, overwrite=overwrite
     )
-    if overwrite:
-        remove_run(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    storage.write_json(workdir / "config.json", record)
+    primary = jax.process_index() == 0  # across processes, one writes (all save checkpoints)
+    if primary:
+        if overwrite:
+            remove_run(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        storage.write_json(workdir / "config.json", record)
+    multihost_utils.sync_global_devices("attnjax run folder ready")
     environment = storage.environment()
 
     if trainer is not None and trainer.config != config:
@@ -67,25 +79,26 @@ def train_and_evaluate(
     start = checkpoints.latest_step()
     if start:
         state = checkpoints.restore(state)
-    log = storage.MetricsLog(workdir / "metrics.jsonl", resume_step=start)
+    log = storage.MetricsLog(workdir / "metrics.jsonl", resume_step=start) if primary else None
     train = config.train
     board = None
-    if train.tensorboard:
+    if train.tensorboard and primary:
         board = storage.TensorBoardLog(workdir / "tensorboard", runs.seeds, runs.learning_rates)
     final = None  # the last evaluation, when this call trained
     for step in range(start, train.steps, train.eval_every):
         state, losses = trainer.train_chunk(state, runs, lrs, step)
         end = step + train.eval_every
         final = {split: trainer.evaluate(state, runs, split) for split in EVAL_SPLITS}
-        rows = collect({"loss": jax.device_get(losses)}, runs, step=end, split="train")
+        rows = collect({"loss": gather(losses)}, runs, step=end, split="train")
         for split, metrics in final.items():
             rows += collect(metrics, runs, step=end, split=split)
-        log.append(rows)
+        if log is not None:
+            log.append(rows)
         if board is not None:
             board.append(rows)
         checkpoints.save(end, state)
         if progress:
-            progress(end, train.steps, float(np.nanmean(jax.device_get(losses))))
+            progress(end, train.steps, float(np.nanmean(gather(losses))))
     checkpoints.close()
     if board is not None:
         board.close()
@@ -93,11 +106,13 @@ def train_and_evaluate(
     if final is None:  # a finished run, invoked again
         final = {split: trainer.evaluate(state, runs, split) for split in EVAL_SPLITS}
     results = _results(trainer, final, runs, dict(fields or {}))
+    maps = [gather(m) for m in _attention_maps(trainer, (state.params, state.rest), run=0)]
+    if not primary:
+        return results
     storage.write_csv(workdir / "results.csv", results)
     storage.write_json(workdir / "env.json", environment)
     metrics = storage.read_jsonl(workdir / "metrics.jsonl")
     report.plot_curves(metrics, workdir / "curves.png", title=config.name)
-    maps = _attention_maps(trainer, (state.params, state.rest), run=0)
     if maps:
         title = f"{config.name}: run 0 (seed {runs.seeds[0]}, lr {runs.learning_rates[0]:g})"
         report.plot_attention(maps, workdir / "attention.png", title=title)

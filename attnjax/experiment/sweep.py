@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import jax
+
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, with_overrides
 from attnjax.experiment.run import check_workdir, train_and_evaluate
@@ -220,6 +222,8 @@ def sweep(
         )
 
     # Points compile and run in parallel threads: XLA compiles one program on one core.
+    # Across processes every process must run the same programs in the same order: no threads.
+    workers = 1 if jax.process_count() > 1 else workers
     with ThreadPoolExecutor(max_workers=workers) as pool:
         all_rows = list(pool.map(train_point, range(len(experiment.points)), experiment.points))
     table, entries = [], []
@@ -235,8 +239,9 @@ def sweep(
     verdict, reason = experiment.verdict(summary)
     if verdict not in VERDICTS:
         raise ValueError(f"verdict: expected one of {VERDICTS}, got {verdict!r}")
-    storage.write_csv(out / "results.csv", _column_order(table))
-    plot_summary(summary, experiment, out / "summary.png")
+    if jax.process_index() == 0:
+        storage.write_csv(out / "results.csv", _column_order(table))
+        plot_summary(summary, experiment, out / "summary.png")
     body = sweep_report(experiment, summary, verdict, reason, num_seeds)
     return Outcome(summary, experiment.claim_id, verdict, reason, body, folders)
 

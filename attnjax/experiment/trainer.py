@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Float
 
@@ -214,7 +215,7 @@ class Trainer:
         """Metrics of every run on its seed's evaluation batch of ``split``, each ``[R]``."""
         seeds = shard_runs(jnp.asarray(runs.seeds, jnp.uint32))
         metrics = self._eval(state.params, state.rest, seeds, jnp.uint32(EVAL_SPLITS[split]))
-        return {k: np.asarray(v) for k, v in metrics.items()}
+        return {k: gather(v) for k, v in metrics.items()}
 
     def param_count(self) -> int:
         model = nnx.eval_shape(lambda: self.build_model(jax.random.key(0)))
@@ -232,6 +233,14 @@ class Trainer:
 def get_trainer(config: ExperimentConfig) -> Trainer:
     """A :class:`Trainer` shared by equal configs, so its compiled programs are reused."""
     return Trainer(config)
+
+
+def gather(x: Array) -> np.ndarray:
+    """``x`` as a numpy array on this process, gathered from every process's devices when
+    the runs are sharded across processes (``jax.distributed``)."""
+    if jax.process_count() > 1:
+        x = multihost_utils.process_allgather(x, tiled=True)
+    return np.asarray(x)
 
 
 def shard_runs(tree: Any) -> Any:
