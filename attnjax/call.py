@@ -104,16 +104,9 @@ class AttentionCall:
             )
         return jnp.asarray(modded, jnp.float32)
 
-    def element_mask(
-        self, shape, q_idx, k_idx, mask_tile, mod_params, rules: bool = True
-    ) -> Bool[Array, "..."] | None:
-        """The block's mask: the structured rules ∧ the dense ``mask_tile`` ∧ ``mask_mod``.
-
-        ``shape`` is ``(B, N)``. ``rules=False`` leaves out the rules and ``mask_mod`` (a
-        tile the block classification found fully visible).
-        """
-        if not rules:
-            return mask_tile
+    def element_mask(self, shape, q_idx, k_idx, mask_tile, mod_params) -> Bool[Array, "..."] | None:
+        """The block's mask: the structured rules ∧ the dense ``mask_tile`` ∧ ``mask_mod``;
+        ``shape`` is ``(B, N)``."""
         mod = None
         if self.mask_mod is not None:
             idx = mod_indices(*shape, q_idx, k_idx, self.mask_spec.offset)
