@@ -117,10 +117,18 @@ def choose_implementation(query, key, value, *args, **kwargs) -> str:
     on GPU ``"cudnn"`` where it applies (plain ``dot``/``scaled_dot``: measured 1.8x the Pallas
     kernel), else ``"pallas"`` where it applies; else ``"chunked"``.
     """
+    query, key, value, call, _ = prepare_call(query, key, value, *args, **kwargs)
+    return _choose(call, query.shape[1], key.shape[1], kwargs.get("return_weights", False))
+
+
+def prepare_call(
+    query, key, value, *args, **kwargs
+) -> tuple[Array, Array, Array, AttentionCall, bool]:
+    """:func:`attnjax.call.prepare` for ``attention(query, key, value, *args, **kwargs)``:
+    ``(query, key, value, call, batched)``, every argument checked."""
     options = inspect.signature(attention).bind(query, key, value, *args, **kwargs)
     options.apply_defaults()
-    query, key, value, call, _ = prepare(**options.arguments)
-    return _choose(call, query.shape[1], key.shape[1], options.arguments["return_weights"])
+    return prepare(**options.arguments)
 
 
 def _choose(call: AttentionCall, num_queries: int, num_keys: int, return_weights: bool) -> str:

@@ -41,6 +41,37 @@ def chunked_attention(
     features and ``DEFAULT_BLOCKS`` otherwise; lengths that are not multiples of them are
     padded inside.
     """
+    num_queries = query.shape[1]
+    out, lse = _attention(*_prepared(query, key, value, call))
+    out = jnp.swapaxes(out[:, :, :num_queries], 1, 2).astype(query.dtype)
+    return out, None, lse[:, :, :num_queries]
+
+
+def chunked_share(
+    query: Float[Array, "B T N H"],
+    key: Float[Array, "B S K H"],
+    value: Float[Array, "B S K Hv"],
+    call: AttentionCall,
+    out: Float[Array, "B T N Hv"],
+    lse: Float[Array, "B N T"],
+) -> tuple[Float[Array, "B T N Hv"], Float[Array, "B N T"]]:
+    """``(out, lse)`` unchanged: the output and log-sum-exp of attention over a longer key
+    sequence, of which ``key`` and ``value`` are one block. Its VJP is this block's share of
+    their gradients (FlashAttention-2's backward, the tiles' probabilities normalized by
+    ``lse``), so the blocks of a split key sequence are differentiated one at a time, each in
+    O(T) memory (ring attention, :mod:`attnjax.sharded`)."""
+    config, q, k, v, diff, rest, schedule = _prepared(query, key, value, call)
+    num_queries, tq = query.shape[1], q.shape[2]
+    out_p = pad_axis(jnp.swapaxes(out, 1, 2).astype(jnp.float32), 2, tq)
+    lse_p = pad_axis(lse.astype(jnp.float32), 2, tq, -jnp.inf)
+    out_p, lse_p = _share(config, q, k, v, diff, rest, schedule, out_p, lse_p)
+    out_p, lse_p = out_p[:, :, :num_queries], lse_p[:, :, :num_queries]
+    return jnp.swapaxes(out_p, 1, 2).astype(out.dtype), lse_p
+
+
+def _prepared(query, key, value, call):
+    """``(config, q, k, v, diff, rest, schedule)``: inputs head-major and padded to whole
+    tiles, the call split into its differentiable parts and the rest, the tiles to visit."""
     num_queries, num_keys = query.shape[1], key.shape[1]
     default = DEFAULT_BLOCKS if call.score_hidden is None else DEFAULT_HIDDEN_BLOCKS
     blocks = call.blocks(default).clamp(num_queries, num_keys)
@@ -68,9 +99,7 @@ def chunked_attention(
     rest = dataclasses.replace(
         call, score_params=None, bias=None, temperature=None, mod_params=mod_data
     )
-    out, lse = _attention(config, q, k, v, diff, rest, schedule)
-    out = jnp.swapaxes(out[:, :, :num_queries], 1, 2).astype(query.dtype)
-    return out, None, lse[:, :, :num_queries]
+    return config, q, k, v, diff, rest, schedule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,3 +326,19 @@ def _attention_bwd(config, residuals, cotangents):
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _share(config, q, k, v, diff, rest, schedule, out, lse):
+    return out, lse
+
+
+def _share_fwd(config, q, k, v, diff, rest, schedule, out, lse):
+    return (out, lse), (q, k, v, diff, rest, schedule, out, lse)
+
+
+def _share_bwd(config, residuals, cotangents):
+    return (*_attention_bwd(config, residuals, cotangents), None, None)
+
+
+_share.defvjp(_share_fwd, _share_bwd)
