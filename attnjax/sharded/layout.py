@@ -53,16 +53,17 @@ class Layout:
                 "query_seq_lengths / key_value_seq_lengths"
             )
 
-    def to_devices(self, x: Array, axis: int = 1) -> Array:
+    def to_devices(self, x: ArrayLike, axis: int = 1) -> Array:
         """A global array in natural order along ``axis`` -> in device order."""
         return _permute(x, axis, self.order(), self.num_chunks)
 
-    def from_devices(self, x: Array, axis: int = 1) -> Array:
+    def from_devices(self, x: ArrayLike, axis: int = 1) -> Array:
         """The inverse of :meth:`to_devices`."""
         return _permute(x, axis, np.argsort(self.order()), self.num_chunks)
 
 
-def _permute(x: Array, axis: int, order: np.ndarray, num_chunks: int) -> Array:
+def _permute(x: ArrayLike, axis: int, order: np.ndarray, num_chunks: int) -> Array:
+    x = jnp.asarray(x)
     if np.array_equal(order, np.arange(num_chunks)):
         return x
     shape = x.shape

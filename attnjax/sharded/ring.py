@@ -75,7 +75,13 @@ def ring_attention_shard(
     ``[B, T/P, N, Hv]`` (and its log-sum-exp ``[B, N, T/P]`` with ``return_residual``).
     ``implementation`` runs the forward blocks: ``"chunked"`` or ``"pallas"`` (``None``: the
     Pallas kernel on GPU where it applies, else chunked); gradients use the chunked backward.
+    The enclosing ``shard_map`` must pass ``check_vma=False``.
     """
+    if jax.typeof(query).manual_axis_type.varying:
+        raise ValueError(
+            "ring_attention_shard: call jax.shard_map with check_vma=False (the tiled loops "
+            "do not track which values vary across devices)"
+        )
     layout = Layout(layout, jax.lax.axis_size(axis_name))
     plan, diff, data, q_seg, kv_seg = _plan(
         query, key, value, axis_name, strategy, layout, causal_offset, implementation,
@@ -93,7 +99,7 @@ def check_kwargs(strategy: str, kwargs: dict[str, Any]) -> None:
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy: expected one of {list(STRATEGIES)}, got {strategy!r}")
     for name, instead in REFUSED.items():
-        if kwargs.get(name) not in (None, False):
+        if kwargs.get(name) is not None and kwargs.get(name) is not False:
             raise ValueError(f"{name}: not taken by sequence-parallel attention; {instead}")
     temperature = kwargs.get("temperature")
     if temperature is not None and jnp.shape(temperature)[-2:] not in ((), (1,), (1, 1)):

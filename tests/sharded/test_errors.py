@@ -1,0 +1,61 @@
+"""Clear errors of sequence-parallel attention, and its one-device behaviour."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, PartitionSpec
+
+import attnjax as aj
+from attnjax.sharded import Layout, ring_attention, ring_attention_shard
+
+MESH = Mesh(np.array(jax.devices()[:1]), ("seq",))
+Q = np.random.default_rng(0).normal(size=(1, 4, 2, 8)).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"axis": "ring"}, "axis: 'ring' is not an axis"),
+        ({"strategy": "ulysses"}, "strategy: expected one of"),
+        ({"layout": "striped"}, "layout: expected one of"),
+        ({"bias": np.zeros((4, 4))}, "bias: not taken.*score_mod"),
+        ({"mask": np.ones((4, 4), bool)}, "mask: not taken"),
+        ({"temperature": np.ones((1, 1, 4, 1))}, "temperature: shape .* varies along T"),
+        ({"implementation": "xla"}, "implementation: expected one of"),
+    ],
+)
+def test_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ring_attention(Q, Q, Q, mesh=MESH, **{"axis": "seq", **kwargs})
+
+
+def test_length_not_a_multiple_of_the_chunks():
+    with pytest.raises(ValueError, match=r"query: sequence length 3 is not a multiple of 2"):
+        ring_attention(Q[:, :3], Q, Q, mesh=MESH, axis="seq", is_causal=True)  # zigzag: 2P
+
+
+def test_check_vma_is_refused_inside_shard_map():
+    local = jax.shard_map(
+        lambda q: ring_attention_shard(q, q, q, axis_name="seq"),
+        mesh=MESH, in_specs=PartitionSpec(None, "seq"), out_specs=PartitionSpec(None, "seq"),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="check_vma=False"):
+        local(Q)
+
+
+@pytest.mark.parametrize("strategy", ["ring", "all_gather"])
+def test_one_device_equals_attention(strategy):
+    out, lse = ring_attention(Q, Q, Q, mesh=MESH, axis="seq", strategy=strategy,
+                              is_causal=True, return_residual=True)  # fmt: skip
+    ref, ref_lse = aj.attention(Q, Q, Q, is_causal=True, return_residual=True)
+    np.testing.assert_allclose(out, ref, atol=1e-6)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-6)
+
+
+def test_zigzag_layout_deals_chunks_and_inverts():
+    layout = Layout("zigzag", 3)
+    assert layout.order().tolist() == [0, 5, 1, 4, 2, 3]
+    x = jnp.arange(12)[None]
+    np.testing.assert_array_equal(layout.to_devices(x)[0], [0, 1, 10, 11, 2, 3, 8, 9, 4, 5, 6, 7])
+    np.testing.assert_array_equal(layout.from_devices(layout.to_devices(x)), x)

@@ -1,0 +1,33 @@
+"""Sequence-parallel attention on 4 CPU devices against one device, both strategies: the six
+cases of the issue plus lengths with a per-head temperature, a document mod with a window,
+cross attention with a contiguous causal layout, and Pallas forward blocks."""
+
+import pytest
+
+from tests.sharded.parity import errors as run
+
+CASES = ["scaled_dot_causal_offset", "additive_params", "callable_score", "segment_ids",
+         "sliding_window_mod", "relative_bias", "lengths_temperature", "document_mod_window",
+         "cross_contiguous_causal", "pallas_blocks"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def errors():
+    return run(4, extended=True)
+
+
+@pytest.mark.parametrize("strategy", ["ring", "all_gather"])
+@pytest.mark.parametrize("case", CASES)
+def test_matches_one_device(errors, strategy, case):
+    forward, gradients = errors[f"{strategy}/{case}"]
+    assert forward <= 1e-5 and gradients <= 1e-4, (forward, gradients)
+
+
+@pytest.mark.parametrize("strategy", ["ring", "all_gather"])
+def test_inside_a_shard_map_of_ones_own(errors, strategy):
+    forward, gradients = errors[f"{strategy}/inside_shard_map"]
+    assert forward <= 1e-5 and gradients <= 1e-4, (forward, gradients)
+
+
+def test_arrays_on_other_devices_than_the_mesh_are_refused(errors):
+    assert "sharded over other devices" in errors["errors/mesh_mismatch"]
