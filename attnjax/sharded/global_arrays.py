@@ -60,15 +60,13 @@ def ring_attention(
     def shard(q, k, v, sharded, replicated, causal_offset):
         return local(q, k, v, causal_offset=causal_offset, **sharded, **replicated)
 
-    arrays = jax.tree.map(placement.to_devices, (query, key, value, sharded))
     out, lse = jax.shard_map(
         shard,
         mesh=mesh,
         in_specs=(seq, seq, seq, {n: seq for n in sharded}, PartitionSpec(), PartitionSpec()),
         out_specs=(seq, PartitionSpec(None, None, axis)),
         check_vma=False,
-    )(*arrays, replicated, causal_offset)
-    out, lse = placement.from_devices(out, 1), placement.from_devices(lse, 2)
+    )(query, key, value, sharded, replicated, causal_offset)
     return (out, lse) if return_residual else out
 
 

@@ -9,8 +9,8 @@ blocks of work and device 0 one.
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Int
 
 LAYOUTS = ("contiguous", "zigzag")
@@ -29,20 +29,16 @@ class Layout:
 
     @property
     def chunks_per_device(self) -> int:
-        return 2 if self.name == "zigzag" else 1
+        """2 for zigzag over several devices; on one device zigzag is the natural order."""
+        return 2 if self.name == "zigzag" and self.shards > 1 else 1
 
     @property
     def num_chunks(self) -> int:
         return self.shards * self.chunks_per_device
 
-    def chunk(self, device: Int[ArrayLike, ""], i: int) -> Int[ArrayLike, ""]:
+    def chunk(self, device: Int[ArrayLike, ""], i: Int[ArrayLike, ""]) -> Int[ArrayLike, ""]:
         """The global chunk index of local chunk ``i`` of ``device`` (traced or not)."""
-        return device if i == 0 else self.num_chunks - 1 - device
-
-    def order(self) -> np.ndarray:
-        """The global chunks in device order: device 0's first."""
-        return np.array([int(self.chunk(d, i)) for d in range(self.shards)
-                         for i in range(self.chunks_per_device)])  # fmt: skip
+        return device + i * (self.num_chunks - 1 - 2 * device)
 
     def check(self, name: str, length: int) -> None:
         """A sequence of ``length`` splits into this layout's chunks, else ValueError."""
@@ -53,19 +49,39 @@ class Layout:
                 "query_seq_lengths / key_value_seq_lengths"
             )
 
-    def to_devices(self, x: ArrayLike, axis: int = 1) -> Array:
-        """A global array in natural order along ``axis`` -> in device order."""
-        return _permute(x, axis, self.order(), self.num_chunks)
+    def deal(self, x: Array, axis_name: str, axis: int = 1) -> Array:
+        """This device's shard of the natural sharding (chunks ``2d`` and ``2d + 1`` of
+        ``2P``) -> its chunks in this layout, inside ``shard_map`` (two ``ppermute``)."""
+        if self.chunks_per_device == 1:
+            return x
+        halves = jnp.split(x, 2, axis)
+        moved = [
+            jax.lax.ppermute(
+                half, axis_name, [(d, self._owner(2 * d + h)) for d in range(self.shards)]
+            )
+            for h, half in enumerate(halves)
+        ]
+        return jnp.concatenate(self._swap_if_odd(axis_name, *moved), axis)
 
-    def from_devices(self, x: ArrayLike, axis: int = 1) -> Array:
-        """The inverse of :meth:`to_devices`."""
-        return _permute(x, axis, np.argsort(self.order()), self.num_chunks)
+    def undeal(self, x: Array, axis_name: str, axis: int = 1) -> Array:
+        """The inverse of :meth:`deal`."""
+        if self.chunks_per_device == 1:
+            return x
+        by_parity = self._swap_if_odd(axis_name, *jnp.split(x, 2, axis))
+        moved = [
+            jax.lax.ppermute(
+                chunk, axis_name, [(self._owner(2 * d + h), d) for d in range(self.shards)]
+            )
+            for h, chunk in enumerate(by_parity)
+        ]
+        return jnp.concatenate(moved, axis)
 
+    def _owner(self, chunk: int) -> int:
+        """The device that holds global chunk ``chunk``."""
+        return chunk if chunk < self.shards else self.num_chunks - 1 - chunk
 
-def _permute(x: ArrayLike, axis: int, order: np.ndarray, num_chunks: int) -> Array:
-    x = jnp.asarray(x)
-    if np.array_equal(order, np.arange(num_chunks)):
-        return x
-    shape = x.shape
-    chunks = x.reshape(*shape[:axis], num_chunks, -1, *shape[axis + 1 :])
-    return jnp.take(chunks, order, axis=axis).reshape(shape)
+    def _swap_if_odd(self, axis_name: str, a: Array, b: Array) -> tuple[Array, Array]:
+        """``(a, b)`` on even devices, ``(b, a)`` on odd ones: a device's chunks ``d`` and
+        ``2P - 1 - d`` are its even and odd chunk in that order iff ``d`` is even."""
+        even = jax.lax.axis_index(axis_name) % 2 == 0
+        return jnp.where(even, a, b), jnp.where(even, b, a)

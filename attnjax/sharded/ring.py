@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from attnjax.attention import prepare_call
+from attnjax.attention import attention, prepare_call
 from attnjax.call import split_floats
 from attnjax.pallas import unsupported
 from attnjax.sharded.blocks import (
@@ -87,11 +87,19 @@ def ring_attention_shard(
         query, key, value, axis_name, strategy, layout, causal_offset, implementation,
         attention_kwargs,
     )  # fmt: skip
+
+    def deal(*arrays):
+        return [None if x is None else layout.deal(x, axis_name) for x in arrays]
+
+    query, q_seg = deal(query, q_seg)
     if strategy == "ring":
-        out, lse = _ring(plan, query, key, value, diff, data, q_seg, kv_seg)
+        q, k, v = (jnp.swapaxes(x, 1, 2) for x in (query, *deal(key, value)))
+        out, lse = _ring(plan, q, k, v, diff, data, q_seg, *deal(kv_seg))
+        out = jnp.swapaxes(out, 1, 2)
     else:
         out, lse = _gathered(plan, query, key, value, diff, data, q_seg, kv_seg)
-    out = out.astype(query.dtype)
+    out = layout.undeal(out.astype(query.dtype), axis_name)
+    lse = layout.undeal(lse, axis_name, axis=2)
     return (out, lse) if return_residual else out
 
 
@@ -140,37 +148,59 @@ def _implementation(implementation, query, key, value, offset, kwargs) -> str:
     return "pallas" if unsupported(call) is None else "chunked"
 
 
-def _split(x: Array | None, n: int, axis: int = 1) -> list[Array | None]:
-    return [None] * n if x is None else jnp.split(x, n, axis=axis)
+def _chunk(x: Array | None, i: Int[ArrayLike, ""], n: int, axis: int = 1) -> Array | None:
+    """Local chunk ``i`` of ``n`` along ``axis`` (``i`` may be traced)."""
+    if x is None:
+        return None
+    size = x.shape[axis] // n
+    return jax.lax.dynamic_slice_in_dim(x, i * size, size, axis)
 
 
-def _starts(plan: Plan, device, length: int) -> list[Array]:
-    """The global start of each local chunk of ``device`` for a local sequence of ``length``."""
+def _put(x: Array, chunk: Array, i: Int[ArrayLike, ""], axis: int = 1) -> Array:
+    return jax.lax.dynamic_update_slice_in_dim(x, chunk, i * chunk.shape[axis], axis)
+
+
+def _rows(x: Array, i: Int[ArrayLike, ""], n: int) -> Array:
+    """Chunk ``i`` of ``n`` of a head-major ``[B, N, T, H]`` array, as ``[B, T / n, N, H]``
+    (the ring keeps arrays head-major, as the tiled loops use them: the transposes cancel)."""
+    return jnp.swapaxes(_chunk(x, i, n, 2), 1, 2)
+
+
+def _put_rows(x: Array, rows: Array, i: Int[ArrayLike, ""]) -> Array:
+    """The inverse of :func:`_rows`: ``x`` with chunk ``i`` replaced by ``rows``."""
+    return _put(x, jnp.swapaxes(rows, 1, 2), i, 2)
+
+
+def _pairs(plan: Plan, device, source, q_length: int, kv_length: int):
+    """``pair -> (i, j, q0, s0)``: the ``n × n`` blocks of one step, local query chunk ``i``
+    of ``device`` (global start ``q0``) against key chunk ``j`` of ``source``'s shard."""
     n = plan.layout.chunks_per_device
-    return [plan.layout.chunk(device, i) * (length // n) for i in range(n)]
+
+    def blocks(pair):
+        i, j = pair // n, pair % n
+        q0 = plan.layout.chunk(device, i) * (q_length // n)
+        return i, j, q0, plan.layout.chunk(source, j) * (kv_length // n)
+
+    return n * n, blocks
 
 
 def _gathered(plan: Plan, q, k, v, diff, data, q_seg, kv_seg):
-    def gather(x):
-        whole = jax.lax.all_gather(x, plan.axis_name, axis=1, tiled=True)
-        return plan.layout.from_devices(whole)
+    def gather(x):  # the natural shards
+        return jax.lax.all_gather(x, plan.axis_name, axis=1, tiled=True)
 
     k, v = gather(k), gather(v)
     kv_seg = None if kv_seg is None else gather(kv_seg)
     me = jax.lax.axis_index(plan.axis_name)
     n = plan.layout.chunks_per_device
-    chunks = zip(_split(q, n), _split(q_seg, n), _starts(plan, me, q.shape[1]), strict=True)
-    return _joined(
-        [
-            block_forward(plan, q_i, k, v, block_kwargs(plan, diff, data, seg_i, kv_seg, q0, 0))
-            for q_i, seg_i, q0 in chunks
-        ]
-    )
-
-
-def _joined(chunks: list[tuple[Array, Array]]) -> tuple[Array, Array]:
-    """Local chunks' ``(output, lse)`` as the shard's."""
-    outs, lses = zip(*chunks, strict=True)
+    blocks = []
+    for i in range(n):
+        q0 = plan.layout.chunk(me, i) * (q.shape[1] // n)
+        kwargs = block_kwargs(plan, diff, data, _chunk(q_seg, i, n), kv_seg, q0, 0)
+        blocks.append(
+            attention(_chunk(q, i, n), k, v, implementation=plan.implementation,
+                      return_residual=True, **kwargs)
+        )  # fmt: skip
+    outs, lses = zip(*blocks, strict=True)
     return jnp.concatenate(outs, 1), jnp.concatenate(lses, 2)
 
 
@@ -187,28 +217,30 @@ def _ring(plan, q, k, v, diff, data, q_seg, kv_seg):
 def _ring_forward(plan, q, k, v, diff, data, q_seg, kv_seg):
     n, shards = plan.layout.chunks_per_device, plan.layout.shards
     me = jax.lax.axis_index(plan.axis_name)
-    qs, q_segs = _split(q, n), _split(q_seg, n)
-    q_starts = _starts(plan, me, q.shape[1])
 
     def step(s, carry):
         travelling, acc = carry
         ahead = jax.lax.ppermute(travelling, plan.axis_name, _ring_perm(plan))
         k, v, kv_seg = travelling
-        s_starts = _starts(plan, (me - s) % shards, k.shape[1])
-        blocks = list(zip(_split(k, n), _split(v, n), _split(kv_seg, n), s_starts, strict=True))
-        for i in range(n):
-            for k_j, v_j, seg_j, s0 in blocks:
-                kwargs = block_kwargs(plan, diff, data, q_segs[i], seg_j, q_starts[i], s0)
-                acc[i] = merge(acc[i], block_forward(plan, qs[i], k_j, v_j, kwargs))
-        return ahead, acc
+        count, blocks = _pairs(plan, me, (me - s) % shards, q.shape[2], k.shape[2])
 
-    batch, length, heads = q.shape[:3]
+        def pair(p, acc):
+            i, j, q0, s0 = blocks(p)
+            kwargs = block_kwargs(
+                plan, diff, data, _chunk(q_seg, i, n), _chunk(kv_seg, j, n), q0, s0
+            )
+            block = block_forward(plan, _rows(q, i, n), _rows(k, j, n), _rows(v, j, n), kwargs)
+            out, lse = merge((_rows(acc[0], i, n), _chunk(acc[1], i, n, 2)), block)
+            return _put_rows(acc[0], out, i), _put(acc[1], lse, i, 2)
+
+        return ahead, jax.lax.fori_loop(0, count, pair, acc)
+
+    batch, heads, length = q.shape[:3]
     empty = (
-        jnp.zeros((batch, length // n, heads, v.shape[-1]), jnp.float32),
-        jnp.full((batch, heads, length // n), -jnp.inf, jnp.float32),
+        jnp.zeros((batch, heads, length, v.shape[-1]), jnp.float32),
+        jnp.full((batch, heads, length), -jnp.inf, jnp.float32),
     )
-    _, acc = jax.lax.fori_loop(0, shards, step, ((k, v, kv_seg), [empty] * n))
-    return _joined(acc)
+    return jax.lax.fori_loop(0, shards, step, ((k, v, kv_seg), empty))[1]
 
 
 def _ring_fwd(plan, q, k, v, diff, data, q_seg, kv_seg):
@@ -221,37 +253,42 @@ def _ring_bwd(plan, residuals, cotangents):
     d_out, d_lse = (c.astype(jnp.float32) for c in cotangents)
     n, shards = plan.layout.chunks_per_device, plan.layout.shards
     me = jax.lax.axis_index(plan.axis_name)
-    by_rows = ((q, 1), (q_seg, 1), (out, 1), (lse, 2), (d_out, 1), (d_lse, 2))
-    rows = [_split(x, n, axis) for x, axis in by_rows]
-    q_starts = _starts(plan, me, q.shape[1])
     zeros = functools.partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
 
     def step(s, carry):
         (k, v, kv_seg), (dk, dv), dq, d_diff = carry
         ahead = jax.lax.ppermute((k, v, kv_seg), plan.axis_name, _ring_perm(plan))
-        s_starts = _starts(plan, (me - s) % shards, k.shape[1])
-        ks, vs, segs = _split(k, n), _split(v, n), _split(kv_seg, n)
-        dks, dvs, dq = _split(dk, n), _split(dv, n), list(dq)
-        for i, (q_i, seg_i, out_i, lse_i, d_out_i, d_lse_i) in enumerate(zip(*rows, strict=True)):
-            for j in range(n):
-                kwargs_of = functools.partial(
-                    block_kwargs, plan, data=data, q_seg=seg_i, kv_seg=segs[j],
-                    q0=q_starts[i], s0=s_starts[j],
-                )  # fmt: skip
-                grads = block_gradients(
-                    plan, q_i, ks[j], vs[j], diff, kwargs_of, out_i, lse_i, d_out_i, d_lse_i
-                )
-                dq[i], dks[j], dvs[j], d_diff = jax.tree.map(
-                    jnp.add, (dq[i], dks[j], dvs[j], d_diff), grads
-                )
-        back = jax.lax.ppermute(
-            (jnp.concatenate(dks, 1), jnp.concatenate(dvs, 1)), plan.axis_name, _ring_perm(plan)
-        )
+        count, blocks = _pairs(plan, me, (me - s) % shards, q.shape[2], k.shape[2])
+
+        def pair(p, grads):
+            i, j, q0, s0 = blocks(p)
+            kwargs_of = functools.partial(
+                block_kwargs, plan, data=data, q_seg=_chunk(q_seg, i, n),
+                kv_seg=_chunk(kv_seg, j, n), q0=q0, s0=s0,
+            )  # fmt: skip
+            rows = [
+                _rows(out, i, n),
+                _chunk(lse, i, n, 2),
+                _rows(d_out, i, n),
+                _chunk(d_lse, i, n, 2),
+            ]
+            dq_t, dk_t, dv_t, d_diff_t = block_gradients(
+                plan, _rows(q, i, n), _rows(k, j, n), _rows(v, j, n), diff, kwargs_of, *rows
+            )
+            dq, dk, dv, d_diff = grads
+            return (
+                _put_rows(dq, _rows(dq, i, n) + dq_t, i),
+                _put_rows(dk, _rows(dk, j, n) + dk_t, j),
+                _put_rows(dv, _rows(dv, j, n) + dv_t, j),
+                jax.tree.map(jnp.add, d_diff, d_diff_t),
+            )
+
+        dq, dk, dv, d_diff = jax.lax.fori_loop(0, count, pair, (dq, dk, dv, d_diff))
+        back = jax.lax.ppermute((dk, dv), plan.axis_name, _ring_perm(plan))
         return ahead, back, dq, d_diff
 
-    init = ((k, v, kv_seg), zeros((k, v)), zeros(rows[0]), zeros(diff))
+    init = ((k, v, kv_seg), zeros((k, v)), zeros(q), zeros(diff))
     _, (dk, dv), dq, d_diff = jax.lax.fori_loop(0, shards, step, init)
-    dq = jnp.concatenate(dq, 1)
     cast = functools.partial(jax.tree.map, lambda g, x: g.astype(x.dtype))
     return (*cast((dq, dk, dv), (q, k, v)), cast(d_diff, diff), None, None, None)
 

@@ -113,6 +113,12 @@ def main(devices: int, extended: bool) -> None:
     if extended:
         found |= _inside_shard_map(mesh, q, cases["scaled_dot_causal_offset"][2])
         found["errors/mesh_mismatch"] = _error(_mesh_mismatch, mesh, q)
+        found["errors/length"] = _error(
+            lambda: ring_attention(
+                q[:, :20], q[:, :20], q[:, :20], mesh=mesh, axis="seq", is_causal=True
+            )
+        )
+        found["layout/zigzag"] = _dealt(mesh)
     print(json.dumps(found))
 
 
@@ -160,6 +166,27 @@ def _mesh_mismatch(mesh, q):
     half = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("seq",))
     q = jax.device_put(q, NamedSharding(half, PartitionSpec(None, "seq")))
     ring_attention(q, q, q, mesh=mesh, axis="seq")
+
+
+def _dealt(mesh):
+    """Positions ``0..15`` dealt by the zigzag layout (as each device holds them), and
+    dealt back."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec
+
+    from attnjax.sharded import Layout
+
+    layout = Layout("zigzag", 4)
+
+    def deal(x):
+        dealt = layout.deal(x, "seq")
+        return dealt, layout.undeal(dealt, "seq")
+
+    seq = PartitionSpec(None, "seq")
+    dealt, back = jax.shard_map(deal, mesh=mesh, in_specs=seq, out_specs=(seq, seq),
+                                check_vma=False)(jnp.arange(16)[None])  # fmt: skip
+    return [dealt[0].tolist(), back[0].tolist()]
 
 
 def _error(fn, *args) -> str:

@@ -1,13 +1,12 @@
 """Clear errors of sequence-parallel attention, and its one-device behaviour."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh, PartitionSpec
 
 import attnjax as aj
-from attnjax.sharded import Layout, ring_attention, ring_attention_shard
+from attnjax.sharded import ring_attention, ring_attention_shard
 
 MESH = Mesh(np.array(jax.devices()[:1]), ("seq",))
 Q = np.random.default_rng(0).normal(size=(1, 4, 2, 8)).astype(np.float32)
@@ -30,11 +29,6 @@ def test_clear_errors(kwargs, message):
         ring_attention(Q, Q, Q, mesh=MESH, **{"axis": "seq", **kwargs})
 
 
-def test_length_not_a_multiple_of_the_chunks():
-    with pytest.raises(ValueError, match=r"query: sequence length 3 is not a multiple of 2"):
-        ring_attention(Q[:, :3], Q, Q, mesh=MESH, axis="seq", is_causal=True)  # zigzag: 2P
-
-
 def test_check_vma_is_refused_inside_shard_map():
     local = jax.shard_map(
         lambda q: ring_attention_shard(q, q, q, axis_name="seq"),
@@ -51,11 +45,3 @@ def test_one_device_equals_attention(strategy):
     ref, ref_lse = aj.attention(Q, Q, Q, is_causal=True, return_residual=True)
     np.testing.assert_allclose(out, ref, atol=1e-6)
     np.testing.assert_allclose(lse, ref_lse, atol=1e-6)
-
-
-def test_zigzag_layout_deals_chunks_and_inverts():
-    layout = Layout("zigzag", 3)
-    assert layout.order().tolist() == [0, 5, 1, 4, 2, 3]
-    x = jnp.arange(12)[None]
-    np.testing.assert_array_equal(layout.to_devices(x)[0], [0, 1, 10, 11, 2, 3, 8, 9, 4, 5, 6, 7])
-    np.testing.assert_array_equal(layout.from_devices(layout.to_devices(x)), x)

@@ -31,3 +31,14 @@ def test_inside_a_shard_map_of_ones_own(errors, strategy):
 
 def test_arrays_on_other_devices_than_the_mesh_are_refused(errors):
     assert "sharded over other devices" in errors["errors/mesh_mismatch"]
+
+
+def test_a_length_not_a_multiple_of_the_chunks_is_refused(errors):
+    assert "sequence length 20 is not a multiple of 8" in errors["errors/length"]
+
+
+def test_zigzag_deals_chunks_d_and_2p_minus_1_minus_d(errors):
+    dealt, back = errors["layout/zigzag"]
+    # 8 chunks of 2 positions; device d holds chunks d and 7 - d.
+    assert dealt == [0, 1, 14, 15, 2, 3, 12, 13, 4, 5, 10, 11, 6, 7, 8, 9]
+    assert back == list(range(16))
