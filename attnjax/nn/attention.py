@@ -15,6 +15,7 @@ from attnjax.masks import BlockMask
 from attnjax.nn.mods import split_mod
 from attnjax.nn.positional import default_positions, rope
 from attnjax.nn.scores import make_score
+from attnjax.sharded import SequenceParallel
 
 DENSE = "xla"  # the implementation that materializes the weights
 XAVIER = nnx.initializers.xavier_uniform()
@@ -45,6 +46,8 @@ class MultiHeadAttention(nnx.Module):
     as ``"attention_lse"``) runs the call on the dense path, so output and weights come from
     the same computation. ``score_mod`` is a function of :mod:`attnjax.mods` or a module that
     owns its parameters (:mod:`attnjax.nn.mods`); ``mask_mod`` a mask mod function.
+    ``sequence_parallel`` (:class:`attnjax.sharded.SequenceParallel`) shards the sequence over
+    a mesh axis (ring attention); it takes no dense masks and forms no weights.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class MultiHeadAttention(nnx.Module):
         kernel_init: nnx.Initializer = XAVIER,
         score_mod: ScoreMod | nnx.Module | None = None,
         mask_mod: MaskMod | None = None,
+        sequence_parallel: SequenceParallel | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
@@ -91,6 +95,7 @@ class MultiHeadAttention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.rope, self.rope_base = rope, rope_base
         self.implementation, self.sow_weights = implementation, sow_weights
+        self.sequence_parallel = sequence_parallel
 
         def proj(features, heads):
             return nnx.LinearGeneral(
@@ -172,23 +177,30 @@ class MultiHeadAttention(nnx.Module):
             )
         dense = return_weights or self.sow_weights or dropout
         score_mod, own_params = split_mod(self.score_mod)
-        result = attention(
-            q,
-            k,
-            v,
-            mask=mask,
-            is_causal=is_causal,
-            score=self.score.name,
-            score_params=self.score(),
-            return_weights=dense,
-            return_residual=dense,
-            implementation=DENSE if dense else self.implementation,
-            score_mod=score_mod,
-            mask_mod=self.mask_mod,
-            mod_params={**own_params, **(mod_params or {})},
-            block_mask=block_mask,
-        )
-        out, weights, lse = result if dense else (result, None, None)
+        common = {
+            "is_causal": is_causal,
+            "score": self.score.name,
+            "score_params": self.score(),
+            "score_mod": score_mod,
+            "mask_mod": self.mask_mod,
+            "mod_params": {**own_params, **(mod_params or {})},
+        }
+        if self.sequence_parallel is not None:
+            _check_sequence_parallel(dense=dense, mask=mask, block_mask=block_mask)
+            out, weights, lse = self.sequence_parallel(q, k, v, **common), None, None
+        else:
+            result = attention(
+                q,
+                k,
+                v,
+                mask=mask,
+                return_weights=dense,
+                return_residual=dense,
+                implementation=DENSE if dense else self.implementation,
+                block_mask=block_mask,
+                **common,
+            )
+            out, weights, lse = result if dense else (result, None, None)
         if dropout:
             out = _weighted_sum(self.dropout(weights, deterministic=False, rngs=rngs), v).astype(
                 out.dtype
@@ -198,6 +210,18 @@ class MultiHeadAttention(nnx.Module):
             self.sow(nnx.Intermediate, "attention_lse", lse)
         out = self.out(out * self.gate[...][:, None].astype(out.dtype))
         return (out, weights) if return_weights else out
+
+
+def _check_sequence_parallel(**refused: Any) -> None:
+    """Sequence-parallel attention forms no weights and takes no dense masks."""
+    if refused["dense"]:
+        raise ValueError(
+            "sequence_parallel: forms no attention weights; return_weights, sow_weights and "
+            "active dropout need the dense path (call with deterministic=True)"
+        )
+    for name in ("mask", "block_mask"):
+        if refused[name] is not None:
+            raise ValueError(f"{name}: not taken with sequence_parallel; use is_causal or mods")
 
 
 def capture_attention(

@@ -11,6 +11,7 @@ from flax import nnx
 from attnjax.nn.mods import MASK_MODS, SCORE_MODS, make_mod
 from attnjax.nn.scores import SCORE_MODULES
 from attnjax.scores import SCORES
+from attnjax.sharded import STRATEGIES, SequenceParallel
 
 MODELS: dict[str, Callable[..., nnx.Module]] = {}
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
@@ -38,7 +39,7 @@ class ModelConfig:
 
     All kinds read ``kind, width, layers, embedding, vocab_size | in_features, num_classes,
     dtype, param_dtype``. ``transformer`` also reads the attention fields (``heads`` ...
-    ``implementation``), ``mlp``/``mlp_ratio``/``norms`` and ``causal``; ``rnn`` reads ``cell``;
+    ``sequence_strategy``), ``mlp``/``mlp_ratio``/``norms`` and ``causal``; ``rnn`` reads ``cell``;
     ``cnn`` reads ``kernel_size`` (dilation doubles per layer). Other fields are ignored.
     """
 
@@ -68,6 +69,8 @@ class ModelConfig:
     mask_mod_size: int = 128  # sliding_window: keys to the left; dilated: the stride
     dropout: float = 0.0  # on attention weights
     implementation: str | None = None
+    sequence_shards: int | None = None  # shard the sequence over this many devices (ring)
+    sequence_strategy: str = "ring"  # ring | all_gather (attnjax.sharded)
     # blocks
     mlp: bool = True
     mlp_ratio: int = 4
@@ -94,13 +97,15 @@ class ModelConfig:
         _one_of("score_mod", self.score_mod, [None, *sorted(SCORE_MODS)])
         _one_of("mask_mod", self.mask_mod, [None, *sorted(MASK_MODS)])
         _one_of("positional", self.positional, POSITIONAL)
+        _one_of("sequence_strategy", self.sequence_strategy, STRATEGIES)
         _one_of("embedding", self.embedding, EMBEDDINGS)
         _one_of("cell", self.cell, CELLS)
         _one_of("dtype", self.dtype, DTYPES)
         _one_of("param_dtype", self.param_dtype, DTYPES)
         for name in ("width", "layers", "heads", "max_len", "mlp_ratio", "num_classes"):
             _positive(name, getattr(self, name))
-        optional = ("head_dim", "kv_heads", "score_hidden", "vocab_size", "in_features")
+        optional = ("head_dim", "kv_heads", "score_hidden", "vocab_size", "in_features",
+                    "sequence_shards")  # fmt: skip
         for name in (*optional, "kernel_size"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
@@ -167,6 +172,13 @@ class ModelConfig:
             "score_mod": make_mod("score_mod", self.score_mod, score_options, self.heads, rngs),
             "mask_mod": make_mod("mask_mod", self.mask_mod, size, self.heads, rngs),
         }
+
+    def sequence_parallel(self) -> SequenceParallel | None:
+        """The attention layers' sequence sharding: over the first ``sequence_shards``
+        devices, mesh axis ``"seq"``; None without ``sequence_shards``."""
+        if self.sequence_shards is None:
+            return None
+        return SequenceParallel.over(self.sequence_shards, strategy=self.sequence_strategy)
 
     def score_options(self) -> dict[str, Any]:
         """Options for the score module (see :mod:`attnjax.nn.scores`)."""

@@ -70,6 +70,7 @@ class Transformer(nnx.Module):
             rope=c.positional == "rope",
             dropout_rate=c.dropout,
             implementation=c.implementation,
+            sequence_parallel=c.sequence_parallel(),
             **c.mods(rngs),
             **c.dtypes(),
             rngs=rngs,
