@@ -62,12 +62,17 @@ def shifted_mods(score_mod, mask_mod) -> dict[str, Any]:
     return mods
 
 
-def block_kwargs(plan: Plan, diff, data, q_seg, kv_seg, q0, s0) -> dict[str, Any]:
-    """``attention``'s keywords for the block whose queries start at global position ``q0``
-    and keys at ``s0``. ``diff`` holds the differentiable arrays (score parameters,
-    temperature, float mod parameters), ``data`` the others."""
+def block_kwargs(plan: Plan, diff, data, q_seg, kv_seg, q0, s0, *, row, num_keys) -> dict[str, Any]:
+    """``attention``'s keywords for the block whose queries (local chunk ``row``) start at
+    global position ``q0`` and whose ``num_keys`` keys start at ``s0``. ``diff`` holds the
+    differentiable arrays (score parameters, temperature, bias rows, float mod parameters),
+    ``data`` the others."""
     options = plan.options
     kwargs = {**options, "causal_offset": data["causal_offset"] + q0 - s0}
+    n = plan.layout.chunks_per_device
+    for name, rows in (("bias", diff["bias"]), ("mask", data["mask"])):
+        if rows is not None:
+            kwargs[name] = _block_of(rows, row, n, s0, num_keys)
     for name, start in (("query_seq_lengths", q0), ("key_value_seq_lengths", s0)):
         if data[name] is not None:
             kwargs[name] = data[name] - start
@@ -78,6 +83,17 @@ def block_kwargs(plan: Plan, diff, data, q_seg, kv_seg, q0, s0) -> dict[str, Any
         mods = merge_floats(diff["mod_params"], data["mod_params"])
         kwargs["mod_params"] = {"mods": mods, "shift": jnp.asarray(s0, jnp.int32)}
     return kwargs
+
+
+def _block_of(rows: Array, row, n: int, s0, num_keys: int) -> Array:
+    """The block of a ``[#B, #N, #T/P, #S]`` array of this device's query rows: local row
+    chunk ``row`` of ``n`` and key columns ``s0 … s0 + num_keys`` (axes of size 1 are kept)."""
+    if rows.shape[2] > 1:
+        size = rows.shape[2] // n
+        rows = jax.lax.dynamic_slice_in_dim(rows, row * size, size, 2)
+    if rows.shape[3] > 1:
+        rows = jax.lax.dynamic_slice_in_dim(rows, s0, num_keys, 3)
+    return rows
 
 
 def _visible(plan: Plan, kwargs, num_queries: int, num_keys: int) -> Array | None:

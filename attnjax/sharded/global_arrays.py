@@ -5,16 +5,19 @@ from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from jaxtyping import ArrayLike, Float, Int
+from jaxtyping import ArrayLike, Bool, Float, Int
 
 from attnjax.sharded.layout import Layout
 from attnjax.sharded.ring import REPLICATED, SHARDED, check_kwargs, ring_attention_shard
+from attnjax.tiling import as_4d
 
 
 def ring_attention(
     query: Float[ArrayLike, "B T N H"],
     key: Float[ArrayLike, "B S K H"],
     value: Float[ArrayLike, "B S K Hv"],
+    bias: Float[ArrayLike, "..."] | None = None,
+    mask: Bool[ArrayLike, "..."] | None = None,
     *,
     mesh: Mesh,
     axis: str,
@@ -35,8 +38,10 @@ def ring_attention(
     happens inside. ``T`` and ``S`` must be multiples of the layout's chunk count (``P``, or
     ``2P`` for zigzag). ``attention_kwargs`` are ``attention``'s: every score, lengths,
     segment ids, windows, temperature (scalar or per head), score and mask mods with
-    ``mod_params``; rules and mods see global positions. Dense ``bias`` and ``mask`` arrays
-    are not taken (use mods). With ``return_residual`` also the log-sum-exp ``[B, N, T]``.
+    ``mod_params``; rules and mods see global positions. ``bias`` and ``mask`` broadcast to
+    ``[B, N, T, S]`` as in ``attention``; a ``T`` axis is sharded with the queries (each
+    device holds its rows against all keys: O(T·S/P) memory, so mods are the scalable way).
+    With ``return_residual`` also the log-sum-exp ``[B, N, T]``.
     ``implementation``: see :func:`ring_attention_shard`.
     """
     check_kwargs(strategy, attention_kwargs)
@@ -52,21 +57,32 @@ def ring_attention(
     replicated = {n: x for n, x in attention_kwargs.items() if n in REPLICATED}
     static = {n: x for n, x in attention_kwargs.items() if n not in sharded and n not in replicated}
     seq = PartitionSpec(None, axis)
+    rows = {n: as_4d(x) for n, x in (("bias", bias), ("mask", mask)) if x is not None}
+    row_specs = {n: PartitionSpec(None, None, axis) if x.shape[2] > 1 else PartitionSpec()
+                 for n, x in rows.items()}  # fmt: skip
     local = functools.partial(
         ring_attention_shard, axis_name=axis, strategy=strategy, layout=layout,
         return_residual=True, implementation=implementation, **static,
     )  # fmt: skip
 
-    def shard(q, k, v, sharded, replicated, causal_offset):
-        return local(q, k, v, causal_offset=causal_offset, **sharded, **replicated)
+    def shard(q, k, v, rows, sharded, replicated, causal_offset):
+        return local(q, k, v, causal_offset=causal_offset, **rows, **sharded, **replicated)
 
     out, lse = jax.shard_map(
         shard,
         mesh=mesh,
-        in_specs=(seq, seq, seq, {n: seq for n in sharded}, PartitionSpec(), PartitionSpec()),
+        in_specs=(
+            seq,
+            seq,
+            seq,
+            row_specs,
+            {n: seq for n in sharded},
+            PartitionSpec(),
+            PartitionSpec(),
+        ),
         out_specs=(seq, PartitionSpec(None, None, axis)),
         check_vma=False,
-    )(query, key, value, sharded, replicated, causal_offset)
+    )(query, key, value, rows, sharded, replicated, causal_offset)
     return (out, lse) if return_residual else out
 
 

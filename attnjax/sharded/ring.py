@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from attnjax.attention import attention, prepare_call
 from attnjax.call import split_floats
@@ -31,12 +31,14 @@ from attnjax.sharded.blocks import (
     shifted_mods,
 )
 from attnjax.sharded.layout import Layout
+from attnjax.tiling import as_4d
 
 STRATEGIES = ("ring", "all_gather")
 IMPLEMENTATIONS = ("chunked", "pallas")
 # Array keywords sharded along the sequence (the keys' travel with them) and those every
 # device holds whole; the other keywords (scores and mods as functions, flags) are static.
 SHARDED = ("q_segment_ids", "kv_segment_ids")
+ROWS = ("bias", "mask")  # [#B, #N, T or 1, S or 1]: sharded along T when it is there
 REPLICATED = (
     "score_params",
     "mod_params",
@@ -45,8 +47,6 @@ REPLICATED = (
     "key_value_seq_lengths",
 )
 REFUSED = {
-    "bias": "use a score_mod",
-    "mask": "use a mask_mod or the structured masks",
     "block_mask": "block masks are built per block from mask_mod",
     "return_weights": "the weights are never formed",
 }
@@ -56,6 +56,8 @@ def ring_attention_shard(
     query: Float[Array, "B Tl N H"],
     key: Float[Array, "B Sl K H"],
     value: Float[Array, "B Sl K Hv"],
+    bias: Float[Array, "..."] | None = None,
+    mask: Bool[Array, "..."] | None = None,
     *,
     axis_name: str,
     strategy: str = "ring",
@@ -69,9 +71,11 @@ def ring_attention_shard(
     split over mesh axis ``axis_name``.
 
     ``query [B, T/P, N, H]``, ``key``/``value [B, S/P, K, H]`` and the segment ids are the
-    local shards, holding positions as ``layout`` says (:mod:`attnjax.sharded.layout`;
-    ``"contiguous"`` is the natural sharding). Other keywords are ``attention``'s, whole on
-    every device; rules and mods see global positions. Returns the local output
+    local shards of the natural (contiguous) sharding; ``layout="zigzag"`` deals them to the
+    zigzag layout inside and the output back (:mod:`attnjax.sharded.layout`). ``bias`` and
+    ``mask`` hold this device's query rows against all keys (``[#B, #N, T/P or 1, S or 1]``).
+    Other keywords are ``attention``'s, whole on every device; rules and mods see global
+    positions. Returns the local output
     ``[B, T/P, N, Hv]`` (and its log-sum-exp ``[B, N, T/P]`` with ``return_residual``).
     ``implementation`` runs the forward blocks: ``"chunked"`` or ``"pallas"`` (``None``: the
     Pallas kernel on GPU where it applies, else chunked); gradients use the chunked backward.
@@ -83,9 +87,12 @@ def ring_attention_shard(
             "do not track which values vary across devices)"
         )
     layout = Layout(layout, jax.lax.axis_size(axis_name))
+    rows = {"bias": bias, "mask": mask}
+    for name, x in rows.items():
+        rows[name] = _local_rows(name, x, layout, axis_name, query.shape[1], key.shape[1])
     plan, diff, data, q_seg, kv_seg = _plan(
         query, key, value, axis_name, strategy, layout, causal_offset, implementation,
-        attention_kwargs,
+        attention_kwargs | rows,
     )  # fmt: skip
 
     def deal(*arrays):
@@ -101,6 +108,19 @@ def ring_attention_shard(
     out = layout.undeal(out.astype(query.dtype), axis_name)
     lse = layout.undeal(lse, axis_name, axis=2)
     return (out, lse) if return_residual else out
+
+
+def _local_rows(name, x, layout, axis_name, num_queries, num_keys):
+    """``bias`` or ``mask`` as 4-D local rows in the layout; ValueError for other shapes."""
+    if x is None:
+        return None
+    x = as_4d(x)
+    if x.shape[2] not in (1, num_queries) or x.shape[3] not in (1, num_keys * layout.shards):
+        raise ValueError(
+            f"{name}: shape {x.shape} on this device; expected [#B, #N, T/P or 1, S or 1] with "
+            f"T/P = {num_queries} local queries and S = {num_keys * layout.shards} keys"
+        )
+    return layout.deal(x, axis_name, axis=2) if x.shape[2] > 1 else x
 
 
 def check_kwargs(strategy: str, kwargs: dict[str, Any]) -> None:
@@ -124,10 +144,11 @@ def _plan(query, key, value, axis_name, strategy, layout, offset, implementation
         layout.check(f"{name} (local shard)", x.shape[1] * layout.shards)
     mod_floats, mod_data = split_floats(kwargs.get("mod_params"))
     diff = {"score_params": kwargs.get("score_params"), "temperature": kwargs.get("temperature"),
-            "mod_params": mod_floats}  # fmt: skip
-    data = {name: kwargs.get(name) for name in ("query_seq_lengths", "key_value_seq_lengths")}
+            "mod_params": mod_floats, "bias": kwargs.get("bias")}  # fmt: skip
+    data = {n: kwargs.get(n) for n in ("query_seq_lengths", "key_value_seq_lengths", "mask")}
     data |= {"causal_offset": jnp.asarray(offset, jnp.int32), "mod_params": mod_data}
-    static = {n: x for n, x in kwargs.items() if n not in (*SHARDED, *REPLICATED, *REFUSED)}
+    arrays = (*SHARDED, *REPLICATED, *ROWS, *REFUSED)
+    static = {n: x for n, x in kwargs.items() if n not in arrays}
     static |= shifted_mods(static.pop("score_mod", None), static.pop("mask_mod", None))
     implementation = _implementation(implementation, query, key, value, offset, kwargs)
     plan = Plan(axis_name, layout, strategy, implementation, tuple(sorted(static.items())))
@@ -195,7 +216,9 @@ def _gathered(plan: Plan, q, k, v, diff, data, q_seg, kv_seg):
     blocks = []
     for i in range(n):
         q0 = plan.layout.chunk(me, i) * (q.shape[1] // n)
-        kwargs = block_kwargs(plan, diff, data, _chunk(q_seg, i, n), kv_seg, q0, 0)
+        kwargs = block_kwargs(
+            plan, diff, data, _chunk(q_seg, i, n), kv_seg, q0, 0, row=i, num_keys=k.shape[1]
+        )
         blocks.append(
             attention(_chunk(q, i, n), k, v, implementation=plan.implementation,
                       return_residual=True, **kwargs)
@@ -227,8 +250,9 @@ def _ring_forward(plan, q, k, v, diff, data, q_seg, kv_seg):
         def pair(p, acc):
             i, j, q0, s0 = blocks(p)
             kwargs = block_kwargs(
-                plan, diff, data, _chunk(q_seg, i, n), _chunk(kv_seg, j, n), q0, s0
-            )
+                plan, diff, data, _chunk(q_seg, i, n), _chunk(kv_seg, j, n), q0, s0, row=i,
+                num_keys=k.shape[2] // n,
+            )  # fmt: skip
             block = block_forward(plan, _rows(q, i, n), _rows(k, j, n), _rows(v, j, n), kwargs)
             out, lse = merge((_rows(acc[0], i, n), _chunk(acc[1], i, n, 2)), block)
             return _put_rows(acc[0], out, i), _put(acc[1], lse, i, 2)
@@ -264,7 +288,7 @@ def _ring_bwd(plan, residuals, cotangents):
             i, j, q0, s0 = blocks(p)
             kwargs_of = functools.partial(
                 block_kwargs, plan, data=data, q_seg=_chunk(q_seg, i, n),
-                kv_seg=_chunk(kv_seg, j, n), q0=q0, s0=s0,
+                kv_seg=_chunk(kv_seg, j, n), q0=q0, s0=s0, row=i, num_keys=k.shape[2] // n,
             )  # fmt: skip
             rows = [
                 _rows(out, i, n),

@@ -69,8 +69,23 @@ def _cases(devices: int, extended: bool):
             "cross_contiguous_causal": ({"is_causal": True, "causal_offset": 4 * devices,
                                          "layout": "contiguous"}, {}, (k_long, v_long)),
             "pallas_blocks": ({"is_causal": True, "implementation": "pallas"}, {}, kv),
+            "bias_rows_and_mask": ({"mask": _random_mask(length)},
+                                   {"bias": jax.random.normal(ks[0], (heads, length, length))},
+                                   kv),
+            "bias_columns": ({"is_causal": True},
+                             {"bias": jax.random.normal(ks[1], (batch, heads, 1, length))}, kv),
         }  # fmt: skip
     return q, cases
+
+
+def _random_mask(length: int):
+    """A random boolean ``[T, S]`` mask with a visible diagonal (no empty rows)."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.random.bernoulli(jax.random.key(5), 0.6, (length, length)) | jnp.eye(
+        length, dtype=bool
+    )
 
 
 def main(devices: int, extended: bool) -> None:

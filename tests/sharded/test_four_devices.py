@@ -1,6 +1,7 @@
 """Sequence-parallel attention on 4 CPU devices against one device, both strategies: the six
 cases of the issue plus lengths with a per-head temperature, a document mod with a window,
-cross attention with a contiguous causal layout, and Pallas forward blocks."""
+cross attention with a contiguous causal layout, Pallas forward blocks, and bias arrays
+(per query row and per key, with gradients) with a dense mask."""
 
 import pytest
 
@@ -8,7 +9,8 @@ from tests.sharded.parity import errors as run
 
 CASES = ["scaled_dot_causal_offset", "additive_params", "callable_score", "segment_ids",
          "sliding_window_mod", "relative_bias", "lengths_temperature", "document_mod_window",
-         "cross_contiguous_causal", "pallas_blocks"]  # fmt: skip
+         "cross_contiguous_causal", "pallas_blocks", "bias_rows_and_mask",
+         "bias_columns"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
