@@ -23,7 +23,7 @@ from attnjax.masks import EMPTY, MaskSpec
 from attnjax.sharded.layout import Layout
 from attnjax.tiling import BlockSizes
 
-Output = tuple[Float[Array, "B T N Hv"], Float[Array, "B N T"]]
+Output = tuple[Float[Array, "B N T Hv"], Float[Array, "B N T"]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,51 +118,59 @@ def _skip_unless(visible, run, skipped):
     return run() if visible is None else jax.lax.cond(visible, run, skipped)
 
 
+def _tokens(x: Array) -> Array:
+    """``[B, N, T, H] <-> [B, T, N, H]``. The ring keeps arrays head-major, as the tiled
+    loops use them; swapping inside the skip's branches lets XLA cancel the transposes."""
+    return jnp.swapaxes(x, 1, 2)
+
+
 def block_forward(plan: Plan, q, k, v, kwargs) -> Output:
-    """The block's ``(output in float32, log-sum-exp)``; ``(0, -inf)`` when nothing in it is
-    visible, without computing it."""
-    batch, num_queries, heads = q.shape[:3]
+    """The block's ``(output [B, N, T, Hv] in float32, log-sum-exp [B, N, T])`` from
+    head-major ``q``, ``k``, ``v``; ``(0, -inf)`` when nothing in it is visible, without
+    computing it."""
 
     def run():
         out, lse = attention(
-            q, k, v, implementation=plan.implementation, return_residual=True, **kwargs
-        )
-        return out.astype(jnp.float32), lse
+            *map(_tokens, (q, k, v)), implementation=plan.implementation,
+            return_residual=True, **kwargs,
+        )  # fmt: skip
+        return _tokens(out).astype(jnp.float32), lse
 
     def skipped():
-        out = jnp.zeros((batch, num_queries, heads, v.shape[-1]), jnp.float32)
-        return out, jnp.full((batch, heads, num_queries), -jnp.inf, jnp.float32)
+        out = jnp.zeros((*q.shape[:3], v.shape[-1]), jnp.float32)
+        return out, jnp.full(q.shape[:3], -jnp.inf, jnp.float32)
 
-    return _skip_unless(_visible(plan, kwargs, num_queries, k.shape[1]), run, skipped)
+    return _skip_unless(_visible(plan, kwargs, q.shape[2], k.shape[2]), run, skipped)
 
 
 def block_gradients(plan: Plan, q, k, v, diff, kwargs_of, out, lse, d_out, d_lse):
-    """Cotangents of ``(q, k, v, diff)`` from this block, given the merged ``out`` and ``lse``
-    of the rows and their cotangents; ``kwargs_of(diff)`` gives the block's keywords."""
+    """Cotangents of head-major ``(q, k, v)`` and of ``diff`` from this block, given the
+    merged ``out`` (head-major) and ``lse`` of the rows and their cotangents;
+    ``kwargs_of(diff)`` gives the block's keywords."""
 
     def share(q, k, v, diff):
-        query, key, value, call, _ = prepare_call(q, k, v, **kwargs_of(diff))
-        return chunked_share(query, key, value, call, out, lse)
+        query, key, value, call, _ = prepare_call(*map(_tokens, (q, k, v)), **kwargs_of(diff))
+        return chunked_share(query, key, value, call, _tokens(out), lse)
 
     def run():
         _, vjp = jax.vjp(share, q, k, v, diff)
-        return vjp((d_out, d_lse))
+        return vjp((_tokens(d_out), d_lse))
 
     def skipped():
         return jax.tree.map(jnp.zeros_like, (q, k, v, diff))
 
-    visible = _visible(plan, kwargs_of(diff), q.shape[1], k.shape[1])
+    visible = _visible(plan, kwargs_of(diff), q.shape[2], k.shape[2])
     return _skip_unless(visible, run, skipped)
 
 
 def merge(a: Output, b: Output) -> Output:
-    """Two blocks' ``(output, log-sum-exp)`` over disjoint keys as one; empty rows stay
-    ``(0, -inf)``."""
+    """Two blocks' ``(output [B, N, T, Hv], log-sum-exp)`` over disjoint keys as one; empty
+    rows stay ``(0, -inf)``."""
     (out_a, lse_a), (out_b, lse_b) = a, b
     lse = jnp.logaddexp(lse_a, lse_b)
     safe = jnp.where(jnp.isneginf(lse), 0.0, lse)
 
-    def weight(block_lse):  # [B, N, T] -> [B, T, N, 1]
-        return jnp.swapaxes(jnp.exp(block_lse - safe), 1, 2)[..., None]
+    def weight(block_lse):
+        return jnp.exp(block_lse - safe)[..., None]
 
     return weight(lse_a) * out_a + weight(lse_b) * out_b, lse

@@ -181,17 +181,6 @@ def _put(x: Array, chunk: Array, i: Int[ArrayLike, ""], axis: int = 1) -> Array:
     return jax.lax.dynamic_update_slice_in_dim(x, chunk, i * chunk.shape[axis], axis)
 
 
-def _rows(x: Array, i: Int[ArrayLike, ""], n: int) -> Array:
-    """Chunk ``i`` of ``n`` of a head-major ``[B, N, T, H]`` array, as ``[B, T / n, N, H]``
-    (the ring keeps arrays head-major, as the tiled loops use them: the transposes cancel)."""
-    return jnp.swapaxes(_chunk(x, i, n, 2), 1, 2)
-
-
-def _put_rows(x: Array, rows: Array, i: Int[ArrayLike, ""]) -> Array:
-    """The inverse of :func:`_rows`: ``x`` with chunk ``i`` replaced by ``rows``."""
-    return _put(x, jnp.swapaxes(rows, 1, 2), i, 2)
-
-
 def _pairs(plan: Plan, device, source, q_length: int, kv_length: int):
     """``pair -> (i, j, q0, s0)``: the ``n × n`` blocks of one step, local query chunk ``i``
     of ``device`` (global start ``q0``) against key chunk ``j`` of ``source``'s shard."""
@@ -240,6 +229,7 @@ def _ring(plan, q, k, v, diff, data, q_seg, kv_seg):
 def _ring_forward(plan, q, k, v, diff, data, q_seg, kv_seg):
     n, shards = plan.layout.chunks_per_device, plan.layout.shards
     me = jax.lax.axis_index(plan.axis_name)
+    part = functools.partial(_chunk, n=n, axis=2)  # of a head-major [B, N, T, ...] array
 
     def step(s, carry):
         travelling, acc = carry
@@ -253,9 +243,9 @@ def _ring_forward(plan, q, k, v, diff, data, q_seg, kv_seg):
                 plan, diff, data, _chunk(q_seg, i, n), _chunk(kv_seg, j, n), q0, s0, row=i,
                 num_keys=k.shape[2] // n,
             )  # fmt: skip
-            block = block_forward(plan, _rows(q, i, n), _rows(k, j, n), _rows(v, j, n), kwargs)
-            out, lse = merge((_rows(acc[0], i, n), _chunk(acc[1], i, n, 2)), block)
-            return _put_rows(acc[0], out, i), _put(acc[1], lse, i, 2)
+            block = block_forward(plan, part(q, i), part(k, j), part(v, j), kwargs)
+            out, lse = merge((part(acc[0], i), part(acc[1], i)), block)
+            return _put(acc[0], out, i, 2), _put(acc[1], lse, i, 2)
 
         return ahead, jax.lax.fori_loop(0, count, pair, acc)
 
@@ -277,6 +267,7 @@ def _ring_bwd(plan, residuals, cotangents):
     d_out, d_lse = (c.astype(jnp.float32) for c in cotangents)
     n, shards = plan.layout.chunks_per_device, plan.layout.shards
     me = jax.lax.axis_index(plan.axis_name)
+    part = functools.partial(_chunk, n=n, axis=2)
     zeros = functools.partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
 
     def step(s, carry):
@@ -290,20 +281,15 @@ def _ring_bwd(plan, residuals, cotangents):
                 block_kwargs, plan, data=data, q_seg=_chunk(q_seg, i, n),
                 kv_seg=_chunk(kv_seg, j, n), q0=q0, s0=s0, row=i, num_keys=k.shape[2] // n,
             )  # fmt: skip
-            rows = [
-                _rows(out, i, n),
-                _chunk(lse, i, n, 2),
-                _rows(d_out, i, n),
-                _chunk(d_lse, i, n, 2),
-            ]
+            rows = [part(x, i) for x in (out, lse, d_out, d_lse)]
             dq_t, dk_t, dv_t, d_diff_t = block_gradients(
-                plan, _rows(q, i, n), _rows(k, j, n), _rows(v, j, n), diff, kwargs_of, *rows
+                plan, part(q, i), part(k, j), part(v, j), diff, kwargs_of, *rows
             )
             dq, dk, dv, d_diff = grads
             return (
-                _put_rows(dq, _rows(dq, i, n) + dq_t, i),
-                _put_rows(dk, _rows(dk, j, n) + dk_t, j),
-                _put_rows(dv, _rows(dv, j, n) + dv_t, j),
+                _put(dq, part(dq, i) + dq_t, i, 2),
+                _put(dk, part(dk, j) + dk_t, j, 2),
+                _put(dv, part(dv, j) + dv_t, j, 2),
                 jax.tree.map(jnp.add, d_diff, d_diff_t),
             )
 
