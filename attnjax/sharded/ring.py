@@ -67,8 +67,7 @@ def ring_attention_shard(
     implementation: str | None = None,
     **attention_kwargs: Any,
 ):
-    """:func:`attnjax.attention` inside ``shard_map``, on this device's shards of a sequence
-    split over mesh axis ``axis_name``.
+    """:func:`attnjax.attention` on this device's shards, inside ``shard_map`` over ``axis_name``.
 
     ``query [B, T/P, N, H]``, ``key``/``value [B, S/P, K, H]`` and the segment ids are the
     local shards of the natural (contiguous) sharding; ``layout="zigzag"`` deals them to the

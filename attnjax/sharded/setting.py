@@ -14,8 +14,10 @@ from attnjax.sharded.ring import STRATEGIES
 
 @dataclasses.dataclass(frozen=True)
 class SequenceParallel:
-    """Attention with its sequence sharded over ``mesh`` axis ``axis``
-    (:func:`attnjax.sharded.ring_attention` with this ``strategy`` and ``layout``)."""
+    """The sequence-parallel setting of a module: its attention sharded over ``mesh`` axis ``axis``.
+
+    Calling it runs :func:`attnjax.sharded.ring_attention` with this ``strategy`` and
+    ``layout``."""
 
     mesh: Mesh
     axis: str = "seq"
