@@ -229,6 +229,25 @@ def test_a_mod_the_kernel_cannot_lower_is_named():
     assert "score_mod" in error and "sorted_logits" in error and "sort" in error
 
 
+def test_scalar_mod_parameters_reach_the_kernel():
+    """A 0-d leaf of ``mod_params`` (read as ``params["s"][...]``, a load from a ref inside
+    the kernel) gives the dense path's output and gradient on the Pallas path."""
+
+    def scaled(logits, b, h, q_idx, kv_idx, params):
+        return logits * params["s"][...] + params["shift"][...]
+
+    q, k, v = qkv(6, B, S, S, N, K, H)
+    params = {"s": jnp.float32(0.7), "shift": jnp.int32(3)}
+
+    def loss(s, implementation):
+        out = aj.attention(q, k, v, score_mod=scaled, mod_params=params | {"s": s},
+                           implementation=implementation)  # fmt: skip
+        return jnp.sum(jnp.sin(out))
+
+    dense, pallas = (jax.value_and_grad(loss)(params["s"], i) for i in ("xla", "pallas"))
+    assert max_rel_error(pallas, dense) <= FP32_FWD
+
+
 @pytest.mark.parametrize("implementation", ["xla", "chunked", "pallas"])
 def test_one_token_decoding_equals_the_last_row_of_the_full_call(implementation):
     """Mods see the query's position in key coordinates, so a decoding step (``T = 1``,

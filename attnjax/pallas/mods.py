@@ -53,7 +53,7 @@ def padded_leaves(mod_params: Any) -> tuple[Any, tuple[Array, ...]]:
     padded = []
     for leaf in leaves:
         widths = [(0, pl.next_power_of_2(n) - n) for n in leaf.shape]
-        padded.append(jnp.pad(leaf, widths, mode="edge") if leaf.size else leaf)
+        padded.append(jnp.pad(leaf, widths, mode="edge") if leaf.ndim and leaf.size else leaf)
     return treedef, tuple(padded)
 
 

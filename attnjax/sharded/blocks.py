@@ -48,14 +48,14 @@ def shifted_mods(score_mod, mask_mod) -> dict[str, Any]:
     if score_mod is not None:
 
         def shifted_score(logits, b, h, q_idx, kv_idx, params):
-            shift = params["shift"]
+            shift = params["shift"][...]  # a ref inside Pallas kernels: load it
             return score_mod(logits, b, h, q_idx + shift, kv_idx + shift, params["mods"])
 
         mods["score_mod"] = shifted_score
     if mask_mod is not None:
 
         def shifted_mask(b, h, q_idx, kv_idx, params):
-            shift = params["shift"]
+            shift = params["shift"][...]  # a ref inside Pallas kernels: load it
             return mask_mod(b, h, q_idx + shift, kv_idx + shift, params["mods"])
 
         mods["mask_mod"] = shifted_mask

@@ -1,7 +1,8 @@
 """Sequence-parallel attention on 4 CPU devices against one device, both strategies: the six
 cases of the issue plus lengths with a per-head temperature, a document mod with a window,
-cross attention with a contiguous causal layout, Pallas forward blocks, and bias arrays
-(per query row and per key, with gradients) with a dense mask."""
+cross attention with a contiguous causal layout, Pallas forward blocks (plain and with a
+learnable relative bias), and bias arrays (per query row and per key, with gradients) with a
+dense mask."""
 
 import pytest
 
@@ -9,7 +10,7 @@ from tests.sharded.parity import errors as run
 
 CASES = ["scaled_dot_causal_offset", "additive_params", "callable_score", "segment_ids",
          "sliding_window_mod", "relative_bias", "lengths_temperature", "document_mod_window",
-         "cross_contiguous_causal", "pallas_blocks", "bias_rows_and_mask",
+         "cross_contiguous_causal", "pallas_blocks", "pallas_relative_bias", "bias_rows_and_mask",
          "bias_columns"]  # fmt: skip
 
 
