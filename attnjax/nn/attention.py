@@ -95,6 +95,11 @@ class MultiHeadAttention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.rope, self.rope_base = rope, rope_base
         self.implementation, self.sow_weights = implementation, sow_weights
+        if sequence_parallel is not None and implementation is not None:
+            raise ValueError(
+                f"implementation: sequence_parallel chooses the per-device implementation; got "
+                f"{implementation!r}"
+            )
         self.sequence_parallel = sequence_parallel
 
         def proj(features, heads):

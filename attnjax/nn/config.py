@@ -117,6 +117,12 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout: expected a value in [0, 1), got {self.dropout}")
+        if self.sequence_shards is not None and (self.dropout or self.implementation):
+            raise ValueError(
+                "sequence_shards: sequence-parallel attention takes no attention dropout and "
+                f"chooses its own per-device implementation; got dropout={self.dropout}, "
+                f"implementation={self.implementation!r}"
+            )
         needed = "vocab_size" if self.embedding == "tokens" else "in_features"
         if getattr(self, needed) is None:
             raise ValueError(f"{needed}: required with embedding={self.embedding!r}")

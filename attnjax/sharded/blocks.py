@@ -78,7 +78,7 @@ def block_kwargs(plan: Plan, diff, data, q_seg, kv_seg, q0, s0, *, row, num_keys
             kwargs[name] = data[name] - start
     if q_seg is not None:
         kwargs |= {"q_segment_ids": q_seg, "kv_segment_ids": kv_seg}
-    kwargs |= {n: diff[n] for n in ("score_params", "temperature") if diff[n] is not None}
+    kwargs |= {k: diff[k] for k in ("score_params", "temperature") if diff[k] is not None}
     if "score_mod" in options or "mask_mod" in options:
         mods = merge_floats(diff["mod_params"], data["mod_params"])
         kwargs["mod_params"] = {"mods": mods, "shift": jnp.asarray(s0, jnp.int32)}

@@ -4,6 +4,7 @@ import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import ArrayLike, Bool, Float, Int
 
@@ -45,6 +46,11 @@ def ring_attention(
     ``implementation``: see :func:`ring_attention_shard`.
     """
     check_kwargs(strategy, attention_kwargs)
+    if jnp.ndim(query) != 4:
+        raise ValueError(
+            f"query: expected [B, T, N, H] (batched: the sequence axis 1 is sharded), got shape "
+            f"{jnp.shape(query)}"
+        )
     if axis not in mesh.axis_names:
         raise ValueError(f"axis: {axis!r} is not an axis of the mesh {mesh.axis_names}")
     if layout is None:

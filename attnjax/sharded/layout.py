@@ -45,8 +45,8 @@ class Layout:
         if length % self.num_chunks:
             raise ValueError(
                 f"{name}: sequence length {length} is not a multiple of {self.num_chunks} "
-                f"({self.shards} shards, layout {self.name!r}); pad it to a multiple and pass "
-                "query_seq_lengths / key_value_seq_lengths"
+                f"({self.shards} shards, layout {self.name!r}); pad it to a multiple (and mask "
+                "the padding, e.g. with key_value_seq_lengths)"
             )
 
     def deal(self, x: Array, axis_name: str, axis: int = 1) -> Array:

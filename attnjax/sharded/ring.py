@@ -77,7 +77,8 @@ def ring_attention_shard(
     positions. Returns the local output
     ``[B, T/P, N, Hv]`` (and its log-sum-exp ``[B, N, T/P]`` with ``return_residual``).
     ``implementation`` runs the forward blocks: ``"chunked"`` or ``"pallas"`` (``None``: the
-    Pallas kernel on GPU where it applies, else chunked); gradients use the chunked backward.
+    Pallas kernel on GPU where it applies, else chunked); the ring's gradients use the chunked
+    backward, the all-gather's the forward implementation's own.
     The enclosing ``shard_map`` must pass ``check_vma=False``.
     """
     if jax.typeof(query).manual_axis_type.varying:
@@ -162,8 +163,12 @@ def _implementation(implementation, query, key, value, offset, kwargs) -> str:
         )
     if implementation is not None:
         return implementation
-    if jax.default_backend() != "gpu":
-        return "chunked"
+    if (
+        jax.default_backend() != "gpu"
+        or kwargs.get("bias") is not None
+        or kwargs.get("mask") is not None
+    ):
+        return "chunked"  # the Pallas kernels take no dense bias or mask
     call = prepare_call(query, key, value, causal_offset=offset, **kwargs)[3]
     return "pallas" if unsupported(call) is None else "chunked"
 

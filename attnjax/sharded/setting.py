@@ -9,6 +9,7 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Float
 
 from attnjax.sharded.global_arrays import ring_attention
+from attnjax.sharded.layout import Layout
 from attnjax.sharded.ring import STRATEGIES
 
 
@@ -31,6 +32,8 @@ class SequenceParallel:
             )
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy: expected one of {list(STRATEGIES)}, got {self.strategy!r}")
+        if self.layout is not None:
+            Layout(self.layout, self.mesh.shape[self.axis])  # checks the name
 
     @classmethod
     def over(cls, shards: int, *, axis: str = "seq", **options: Any) -> "SequenceParallel":

@@ -137,6 +137,7 @@ def main(devices: int, extended: bool) -> None:
             )
         )
         found["layout/zigzag"] = _dealt(mesh)
+        found["gpu_choice_with_bias"] = _gpu_choice_with_bias(mesh, q)
     print(json.dumps(found))
 
 
@@ -205,6 +206,25 @@ def _dealt(mesh):
     dealt, back = jax.shard_map(deal, mesh=mesh, in_specs=seq, out_specs=(seq, seq),
                                 check_vma=False)(jnp.arange(16)[None])  # fmt: skip
     return [dealt[0].tolist(), back[0].tolist()]
+
+
+def _gpu_choice_with_bias(mesh, q):
+    """``implementation=None`` as on a GPU (the backend faked), with a bias over all keys:
+    the blocks fall back to chunked (Pallas takes no bias); the forward error."""
+    import jax
+
+    import attnjax as aj
+    from attnjax.sharded import ring_attention
+    from tests.parity import max_rel_error
+
+    bias = jax.random.normal(jax.random.key(9), (q.shape[2], q.shape[1], q.shape[1]))
+    real = jax.default_backend
+    jax.default_backend = lambda: "gpu"
+    try:
+        out = ring_attention(q, q, q, bias, mesh=mesh, axis="seq", is_causal=True)
+    finally:
+        jax.default_backend = real
+    return max_rel_error(out, aj.attention(q, q, q, bias, is_causal=True, implementation="xla"))
 
 
 def _error(fn, *args) -> str:

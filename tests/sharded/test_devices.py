@@ -62,3 +62,7 @@ def test_zigzag_deals_chunks_d_and_2p_minus_1_minus_d(errors):
     # 8 chunks of 2 positions; device d holds chunks d and 7 - d.
     assert dealt == [0, 1, 14, 15, 2, 3, 12, 13, 4, 5, 10, 11, 6, 7, 8, 9]
     assert back == list(range(16))
+
+
+def test_on_gpu_a_bias_keeps_the_blocks_on_the_chunked_path(errors):
+    assert errors["gpu_choice_with_bias"] <= 1e-5

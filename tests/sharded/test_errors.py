@@ -1,6 +1,7 @@
 """Clear errors of sequence-parallel attention, and its one-device behaviour."""
 
 import jax
+import jaxtyping
 import numpy as np
 import pytest
 from jax.sharding import Mesh, PartitionSpec
@@ -27,6 +28,12 @@ Q = np.random.default_rng(0).normal(size=(1, 4, 2, 8)).astype(np.float32)
 def test_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ring_attention(Q, Q, Q, mesh=MESH, **{"axis": "seq", **kwargs})
+
+
+def test_unbatched_inputs_are_refused():
+    """Our error, or jaxtyping's naming ``query`` under the runtime checks."""
+    with pytest.raises((ValueError, jaxtyping.TypeCheckError), match=r"\[B, T, N, H\]|'query'"):
+        ring_attention(Q[0], Q[0], Q[0], mesh=MESH, axis="seq")
 
 
 def test_check_vma_is_refused_inside_shard_map():

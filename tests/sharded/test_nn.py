@@ -64,6 +64,10 @@ def test_settings_are_checked():
         SequenceParallel.over(len(jax.devices()) + 1)
     with pytest.raises(ValueError, match="sequence_strategy"):
         ModelConfig(vocab_size=8, sequence_strategy="ulysses")
+    with pytest.raises(ValueError, match=r"sequence_shards: .* no attention dropout"):
+        ModelConfig(vocab_size=8, sequence_shards=1, dropout=0.1)
+    with pytest.raises(ValueError, match="layout: expected one of"):
+        SequenceParallel.over(1, layout="striped")
     mha = MultiHeadAttention(2, 8, sequence_parallel=SequenceParallel.over(1), rngs=nnx.Rngs(0))
     x = jnp.ones((1, 4, 8))
     with pytest.raises(ValueError, match="forms no attention weights"):
