@@ -1,6 +1,7 @@
 """Flax NNX modules: score modules, multi-head attention, positional encodings, transformer
 blocks and stacks, RNN/CNN baselines, and ``build(ModelConfig, rngs)``."""
 
+from attnjax.nn.adapter import attention_fn
 from attnjax.nn.attention import HeadGate, MultiHeadAttention, capture_attention
 from attnjax.nn.baselines import CausalCnn, Rnn, shifted_matmul_conv
 from attnjax.nn.config import MODELS, ModelConfig, build, register
@@ -26,6 +27,7 @@ __all__ = [
     "Score",
     "Sinusoidal",
     "Transformer",
+    "attention_fn",
     "build",
     "capture_attention",
     "make_score",

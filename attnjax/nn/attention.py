@@ -19,6 +19,7 @@ from attnjax.sharded import SequenceParallel
 
 DENSE = "xla"  # the implementation that materializes the weights
 XAVIER = nnx.initializers.xavier_uniform()
+ZEROS = nnx.initializers.zeros_init()
 
 
 class HeadGate(nnx.Variable):
@@ -28,53 +29,67 @@ class HeadGate(nnx.Variable):
 
 
 class MultiHeadAttention(nnx.Module):
-    """Multi-head, grouped-query (``num_kv_heads < num_heads``) and cross attention.
+    """Multi-head, grouped-query (``num_kv_heads < num_heads``) and cross attention, with
+    ``flax.nnx.MultiHeadAttention``'s signature: code written for Flax's module runs unchanged
+    and gains attnjax's scores, kernels and modifiers.
 
-    ``q = W_Q x``, ``k = W_K x_kv``, ``v = W_V x_kv`` split into heads (``[B, T, N, H]``,
-    ``[B, S, K, H]``, ``H = qkv_features // num_heads``); ``qk_norm`` applies a LayerNorm over
-    ``H`` (scale only, shared by heads, as in ViT-22B) to q and k, then ``rope`` rotates them;
-    the ``score`` module (a name of :data:`attnjax.nn.scores.SCORE_MODULES`, configured by
-    ``score_options``) gives the logits; each head's output is multiplied by its
-    :class:`HeadGate` (ones) before ``W_O``. Kernels use ``kernel_init``, by default
-    Xavier/Glorot uniform over the flattened shapes (``fan_in = in_features``,
-    ``fan_out = N·H`` for ``W_Q``; ``fan_in = N·H`` for ``W_O``); biases are zero.
+    ``q = W_Q x_q``, ``k = W_K x_k``, ``v = W_V x_v`` split into heads (``[B, T, N, H]``,
+    ``[B, S, K, H]``, ``H = qkv_features // num_heads``); ``normalize_qk`` applies a
+    LayerNorm over ``H`` (scale only, shared by heads, as in ViT-22B and Flax) to q and k, then
+    ``rope`` rotates them; the ``score`` module (a name of
+    :data:`attnjax.nn.scores.SCORE_MODULES`, configured by ``score_options``) gives the logits;
+    each head's output is multiplied by its :class:`HeadGate` (ones) before ``W_O``. Kernels
+    use ``kernel_init`` (``out_kernel_init`` for ``W_O`` when given), by default Xavier/Glorot
+    uniform over the flattened shapes (``fan_in = in_features``, ``fan_out = N·H`` for
+    ``W_Q``); biases ``bias_init`` (zeros). ``precision`` applies to the projections (attention
+    itself computes in float32).
 
-    ``dropout_rate`` drops attention weights, which needs the dense path: an
-    ``implementation`` other than ``"xla"``/None raises while dropout is active (not
-    deterministic). ``return_weights=True`` (or the attribute ``sow_weights``, which sows the
-    weights as ``nnx.Intermediate`` ``"attention_weights"`` and their log-sum-exp ``[B, N, T]``
-    as ``"attention_lse"``) runs the call on the dense path, so output and weights come from
-    the same computation. ``score_mod`` is a function of :mod:`attnjax.mods` or a module that
-    owns its parameters (:mod:`attnjax.nn.mods`); ``mask_mod`` a mask mod function.
-    ``sequence_parallel`` (:class:`attnjax.sharded.SequenceParallel`) shards the sequence over
-    a mesh axis (ring attention); it takes no dense masks and forms no weights.
+    ``dropout_rate`` drops attention weights (``broadcast_dropout``: one mask shared by the
+    batch and heads, as in Flax), which needs the dense path: an ``implementation`` other than
+    ``"xla"``/None raises while dropout is active. Dropout is active unless ``deterministic``
+    (the call's, else the attribute's, which ``model.eval()`` sets); its randomness comes from
+    the call's ``rngs``, else the module's own stream (kept unless ``keep_rngs=False``).
+    ``return_weights=True`` or ``sow_weights`` (the call's or the attribute; sows the weights
+    as ``nnx.Intermediate`` ``"attention_weights"`` and their log-sum-exp ``[B, N, T]`` as
+    ``"attention_lse"``) runs the call on the dense path. ``score_mod`` is a function of
+    :mod:`attnjax.mods` or a module that owns its parameters (:mod:`attnjax.nn.mods`);
+    ``mask_mod`` a mask mod function. ``sequence_parallel``
+    (:class:`attnjax.sharded.SequenceParallel`) shards the sequence over a mesh axis (ring
+    attention); it forms no weights.
     """
 
     def __init__(
         self,
         num_heads: int,
         in_features: int,
-        *,
-        in_kv_features: int | None = None,
-        num_kv_heads: int | None = None,
         qkv_features: int | None = None,
         out_features: int | None = None,
+        num_kv_heads: int | None = None,
+        in_kv_features: int | None = None,
+        *,
         score: str = "scaled_dot",
-        qk_norm: bool = False,
-        rope: bool = False,
-        dropout_rate: float = 0.0,
-        use_bias: bool = True,
-        implementation: str | None = None,
         score_options: Mapping[str, Any] | None = None,
+        normalize_qk: bool = False,
+        rope: bool = False,
         rope_base: float = 10000.0,
-        sow_weights: bool = False,
+        dropout_rate: float = 0.0,
+        broadcast_dropout: bool = True,
+        deterministic: bool | None = None,
+        precision: Any = None,
+        use_bias: bool = True,
         kernel_init: nnx.Initializer = XAVIER,
+        bias_init: nnx.Initializer = ZEROS,
+        out_kernel_init: nnx.Initializer | None = None,
+        out_bias_init: nnx.Initializer | None = None,
+        implementation: str | None = None,
+        sow_weights: bool = False,
         score_mod: ScoreMod | nnx.Module | None = None,
         mask_mod: MaskMod | None = None,
         sequence_parallel: SequenceParallel | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
+        keep_rngs: bool = True,
     ):
         qkv_features = in_features if qkv_features is None else qkv_features
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -92,113 +107,124 @@ class MultiHeadAttention(nnx.Module):
         head_dim = qkv_features // num_heads
         if rope and head_dim % 2:
             raise ValueError(f"rope: needs an even head size, got H={head_dim}")
-        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.rope, self.rope_base = rope, rope_base
-        self.implementation, self.sow_weights = implementation, sow_weights
         if sequence_parallel is not None and implementation is not None:
             raise ValueError(
                 f"implementation: sequence_parallel chooses the per-device implementation; got "
                 f"{implementation!r}"
             )
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.in_features = in_features
+        self.rope, self.rope_base = rope, rope_base
+        self.implementation, self.sow_weights = implementation, sow_weights
         self.sequence_parallel = sequence_parallel
+        self.dropout_rate, self.broadcast_dropout = dropout_rate, broadcast_dropout
+        self.deterministic = deterministic
+        dtypes = {"dtype": dtype, "param_dtype": param_dtype}
 
-        def proj(features, heads):
+        def proj(features, out, axis=-1, kernel=kernel_init, bias=bias_init):
             return nnx.LinearGeneral(
-                features,
-                (heads, head_dim),
-                use_bias=use_bias,
-                kernel_init=kernel_init,
-                dtype=dtype,
-                param_dtype=param_dtype,
-                rngs=rngs,
-            )
+                features, out, axis=axis, use_bias=use_bias, kernel_init=kernel,
+                bias_init=bias, precision=precision, rngs=rngs, **dtypes,
+            )  # fmt: skip
 
         in_kv_features = in_features if in_kv_features is None else in_kv_features
-        self.query = proj(in_features, num_heads)
-        self.key = proj(in_kv_features, num_kv_heads)
-        self.value = proj(in_kv_features, num_kv_heads)
-        self.out = nnx.LinearGeneral(
+        self.query = proj(in_features, (num_heads, head_dim))
+        self.key = proj(in_kv_features, (num_kv_heads, head_dim))
+        self.value = proj(in_kv_features, (num_kv_heads, head_dim))
+
+        def norm():
+            return nnx.LayerNorm(head_dim, use_bias=False, rngs=rngs, **dtypes)
+
+        self.query_ln, self.key_ln = (norm(), norm()) if normalize_qk else (None, None)
+        self.out = proj(
             (num_heads, head_dim),
             in_features if out_features is None else out_features,
             axis=(-2, -1),
-            use_bias=use_bias,
-            kernel_init=kernel_init,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            rngs=rngs,
+            kernel=out_kernel_init or kernel_init,
+            bias=out_bias_init or bias_init,
         )
-
-        def norm():
-            return nnx.LayerNorm(
-                head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
-            )
-
-        self.query_norm, self.key_norm = (norm(), norm()) if qk_norm else (None, None)
+        # Flax's order of drawing from rngs, so equal seeds give equal dropout masks.
+        self.rngs = rngs.dropout.fork() if keep_rngs and dropout_rate > 0 else None
         self.score = make_score(
             score, num_heads, head_dim, options=score_options, param_dtype=param_dtype, rngs=rngs
         )
         self.gate = HeadGate(jnp.ones((num_heads,), param_dtype))
         self.score_mod, self.mask_mod = score_mod, mask_mod
-        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs) if dropout_rate > 0 else None
 
     def __call__(
         self,
         inputs_q: Float[Array, "B T D"],
-        inputs_kv: Float[Array, "B S Dkv"] | None = None,
+        inputs_k: Float[Array, "B S Dk"] | None = None,
+        inputs_v: Float[Array, "B S Dv"] | None = None,
         *,
         mask: Bool[Array, "#B #N #T #S"] | None = None,
+        deterministic: bool | None = None,
+        rngs: nnx.Rngs | nnx.RngStream | Array | None = None,
+        sow_weights: bool = False,
         is_causal: bool = False,
         positions: Int[Array, "*#B T"] | None = None,
-        deterministic: bool | None = None,
-        rngs: nnx.Rngs | Array | None = None,
         return_weights: bool = False,
         mod_params: Mapping[str, Any] | None = None,
         block_mask: BlockMask | None = None,
+        **attention_kwargs: Any,
     ) -> Float[Array, "B T Dout"] | tuple[Float[Array, "B T Dout"], Float[Array, "B N T S"]]:
-        """Self-attention (``inputs_kv`` None) or cross-attention; ``mask`` is True where a
-        query may attend. RoPE positions default to ``0..T-1``; keys share the queries'
-        positions in self-attention and use ``0..S-1`` in cross-attention. Dropout draws its
-        mask from ``rngs`` (an ``nnx.Rngs`` or a key) when given, else from the module's own
-        stream. ``mod_params`` (data for the mask and score mods, such as document ids) joins
-        the score mod module's own parameters; ``block_mask`` is passed to attention."""
-        self_attention = inputs_kv is None
-        inputs_kv = inputs_q if self_attention else inputs_kv
-        q, k, v = self.query(inputs_q), self.key(inputs_kv), self.value(inputs_kv)
-        if self.query_norm is not None:
-            q, k = self.query_norm(q), self.key_norm(k)
+        """Flax's call: self-attention (``inputs_k`` None), cross-attention to ``inputs_k``
+        (``inputs_v`` None: the same inputs), or separate keys and values; ``mask`` is True
+        where a query may attend. RoPE positions default to ``0..T-1``; keys share the
+        queries' positions in self-attention and use ``0..S-1`` otherwise. ``mod_params``
+        (data for the mods, such as document ids) joins the score mod module's own parameters.
+        ``attention_kwargs`` go to :func:`attnjax.attention`: ``bias``, ``temperature``,
+        ``q_segment_ids``/``kv_segment_ids``, ``query_seq_lengths``/``key_value_seq_lengths``,
+        ``local_window_size``, ``causal_offset``, ``block_sizes``."""
+        if inputs_k is None and inputs_v is not None:
+            raise ValueError(
+                "inputs_k: cannot be None when inputs_v is given; for the same keys and values "
+                "pass inputs_k alone"
+            )
+        if inputs_q.shape[-1] != self.in_features:
+            raise ValueError(
+                f"inputs_q: {inputs_q.shape[-1]} features, the module expects {self.in_features}"
+            )
+        self_attention = inputs_k is None
+        inputs_k = inputs_q if self_attention else inputs_k
+        inputs_v = inputs_k if inputs_v is None else inputs_v
+        q, k, v = self.query(inputs_q), self.key(inputs_k), self.value(inputs_v)
+        if self.query_ln is not None:
+            q, k = self.query_ln(q), self.key_ln(k)
         if self.rope:
             q_pos = default_positions(q.shape[1]) if positions is None else positions
             k_pos = q_pos if self_attention else default_positions(k.shape[1])
             q, k = rope(q, q_pos, base=self.rope_base), rope(k, k_pos, base=self.rope_base)
 
-        dropout = self.dropout is not None and not (
-            self.dropout.deterministic if deterministic is None else deterministic
-        )
+        deterministic = self.deterministic if deterministic is None else deterministic
+        dropout = self.dropout_rate > 0 and not deterministic
         if dropout and self.implementation not in (None, DENSE):
             raise ValueError(
                 f"dropout_rate: attention dropout runs on the dense path only; "
                 f"implementation={self.implementation!r} cannot apply it. Use implementation="
                 f"None or {DENSE!r}, or call with deterministic=True"
             )
-        dense = return_weights or self.sow_weights or dropout
+        sow = sow_weights or self.sow_weights
+        dense = return_weights or sow or dropout
         score_mod, own_params = split_mod(self.score_mod)
         common = {
+            "mask": mask,
             "is_causal": is_causal,
             "score": self.score.name,
             "score_params": self.score(),
             "score_mod": score_mod,
             "mask_mod": self.mask_mod,
             "mod_params": {**own_params, **(mod_params or {})},
+            **attention_kwargs,
         }
         if self.sequence_parallel is not None:
-            _check_sequence_parallel(dense=dense, mask=mask, block_mask=block_mask)
+            _check_sequence_parallel(dense=dense, block_mask=block_mask)
             out, weights, lse = self.sequence_parallel(q, k, v, **common), None, None
         else:
             result = attention(
                 q,
                 k,
                 v,
-                mask=mask,
                 return_weights=dense,
                 return_residual=dense,
                 implementation=DENSE if dense else self.implementation,
@@ -206,27 +232,47 @@ class MultiHeadAttention(nnx.Module):
                 **common,
             )
             out, weights, lse = result if dense else (result, None, None)
-        if dropout:
-            out = _weighted_sum(self.dropout(weights, deterministic=False, rngs=rngs), v).astype(
-                out.dtype
-            )
-        if self.sow_weights:
+        if sow:
             self.sow(nnx.Intermediate, "attention_weights", weights)
             self.sow(nnx.Intermediate, "attention_lse", lse)
+        if dropout:
+            key = _dropout_key(self.rngs if rngs is None else rngs)
+            dropped = dropout_weights(weights, key, self.dropout_rate, self.broadcast_dropout)
+            out = weighted_sum(dropped, v).astype(out.dtype)
         out = self.out(out * self.gate[...][:, None].astype(out.dtype))
         return (out, weights) if return_weights else out
 
 
-def _check_sequence_parallel(**refused: Any) -> None:
-    """Sequence-parallel attention forms no weights and takes no dense masks."""
-    if refused["dense"]:
+def dropout_weights(
+    weights: Float[Array, "*B N T S"], key: Array, rate: float, broadcast: bool
+) -> Float[Array, "*B N T S"]:
+    """Flax's attention dropout: weights kept with probability ``1 - rate`` and rescaled;
+    ``broadcast``: one ``[T, S]`` mask for every batch entry and head."""
+    shape = (1,) * (weights.ndim - 2) + weights.shape[-2:] if broadcast else weights.shape
+    keep = jax.random.bernoulli(key, 1.0 - rate, shape)
+    return jnp.where(keep, weights / (1.0 - rate), 0.0).astype(weights.dtype)
+
+
+def _dropout_key(rngs: nnx.Rngs | nnx.RngStream | Array | None) -> Array:
+    if rngs is None:
+        raise ValueError(
+            "rngs: active dropout needs randomness; pass rngs= to the call (an nnx.Rngs or a "
+            "key) or build the module with keep_rngs=True"
+        )
+    if isinstance(rngs, nnx.Rngs):
+        return rngs.dropout()
+    return rngs() if isinstance(rngs, nnx.RngStream) else rngs
+
+
+def _check_sequence_parallel(dense: bool, block_mask: BlockMask | None) -> None:
+    """Sequence-parallel attention forms no weights and builds its block masks itself."""
+    if dense:
         raise ValueError(
             "sequence_parallel: forms no attention weights; return_weights, sow_weights and "
             "active dropout need the dense path (call with deterministic=True)"
         )
-    for name in ("mask", "block_mask"):
-        if refused[name] is not None:
-            raise ValueError(f"{name}: not taken with sequence_parallel; use is_causal or mods")
+    if block_mask is not None:
+        raise ValueError("block_mask: not taken with sequence_parallel (built per block)")
 
 
 def capture_attention(
@@ -253,7 +299,7 @@ def capture_attention(
     return out, weights, lse
 
 
-def _weighted_sum(
+def weighted_sum(
     weights: Float[Array, "B N T S"], value: Float[Array, "B S K H"]
 ) -> Float[Array, "B T N H"]:
     """``Σ_s weights[b, n, t, s] · value[b, s, n // (N/K), :]`` in float32."""

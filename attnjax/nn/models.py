@@ -66,7 +66,7 @@ class Transformer(nnx.Module):
             score=c.score,
             score_options=c.score_options(),
             **c.attention_options(),
-            qk_norm=c.qk_norm,
+            normalize_qk=c.qk_norm,
             rope=c.positional == "rope",
             dropout_rate=c.dropout,
             implementation=c.implementation,

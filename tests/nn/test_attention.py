@@ -11,46 +11,111 @@ X = jax.random.normal(jax.random.key(0), (B, T, D))
 Y = jax.random.normal(jax.random.key(1), (B, S, 8))
 
 
-def _loaded_pair(num_kv_heads, qk_norm=False):
-    """Our module and flax's (head size 6), with our weights copied into flax's."""
-    kw = {"qkv_features": 24, "out_features": 12, "num_kv_heads": num_kv_heads}
-    ours = ann.MultiHeadAttention(4, D, qk_norm=qk_norm, rngs=nnx.Rngs(0), **kw)
-    ref = nnx.MultiHeadAttention(
-        4,
-        D,
-        **kw,
-        normalize_qk=qk_norm,
-        decode=False,
-        rngs=nnx.Rngs(1),
-    )
-    for name in ("query", "key", "value", "out"):
-        getattr(ref, name).kernel[...] = getattr(ours, name).kernel[...]
-        getattr(ref, name).bias[...] = getattr(ours, name).bias[...]
+def _loaded_pair(num_kv_heads=None, normalize_qk=False, **options):
+    """Flax's module and ours (head size 6) built with Flax's positional arguments and
+    keywords, Flax's parameters copied into ours (same paths: query, key, value, out,
+    query_ln, key_ln)."""
+    args = (4, D, 24, 12, num_kv_heads, 8)  # heads, in, qkv, out, kv heads, in_kv
+    kw = {"normalize_qk": normalize_qk, **options}
+    ref = nnx.MultiHeadAttention(*args, decode=False, rngs=nnx.Rngs(1), **kw)
+    ours = ann.MultiHeadAttention(*args, rngs=nnx.Rngs(1), **kw)
+    nnx.update(ours, nnx.state(ref, nnx.Param))
     return ours, ref
 
 
-@pytest.mark.parametrize(("num_kv_heads", "qk_norm"), [(None, False), (2, True)])
-def test_matches_flax_forward_and_gradients(num_kv_heads, qk_norm):
-    ours, ref = _loaded_pair(num_kv_heads, qk_norm)
-    mask = jnp.tril(jnp.ones((T, T), bool))[None, None]
+CALLS = {
+    "self, causal mask": ((X,), {"mask": jnp.tril(jnp.ones((T, T), bool))[None, None]}),
+    "self, is_causal": ((X,), {"is_causal": True}),
+    "cross, k and v separate": ((X, Y, Y * 2.0 - 1.0), {}),
+    "cross, v from k, key mask": ((X, Y), {"mask": (jnp.arange(S) < 3)[None, None, None]}),
+}
 
-    def loss(model, x):
-        return jnp.sum(jnp.sin(model(x, mask=mask)))
 
-    out = ours(X, mask=mask)
-    np.testing.assert_allclose(out, ref(X, mask=mask), atol=1e-5, rtol=1e-5)
-    g_ours = nnx.jit(nnx.grad(loss, argnums=(0, 1)))(ours, X)
-    g_ref = nnx.jit(nnx.grad(loss, argnums=(0, 1)))(ref, X)
+@pytest.mark.parametrize("call", list(CALLS))
+@pytest.mark.parametrize(("num_kv_heads", "normalize_qk"), [(None, False), (2, True)])
+def test_matches_flax_forward_and_gradients(call, num_kv_heads, normalize_qk):
+    ours, ref = _loaded_pair(num_kv_heads, normalize_qk)
+    args, kwargs = CALLS[call]
+    if len(args) == 1:  # self-attention: both modules read x with in_kv_features = D
+        ours, ref = _loaded_pair_self(num_kv_heads, normalize_qk)
+
+    def loss(model, *args):
+        return jnp.sum(jnp.sin(model(*args, **kwargs)))
+
+    np.testing.assert_allclose(ours(*args, **kwargs), ref(*args, **kwargs), atol=1e-5, rtol=1e-5)
+    g_ours = nnx.grad(loss, argnums=(0, 1))(ours, *args)
+    g_ref = nnx.grad(loss, argnums=(0, 1))(ref, *args)
     np.testing.assert_allclose(g_ours[1], g_ref[1], atol=1e-5, rtol=1e-5)
-    for name in ("query", "key", "value", "out"):
-        for p in ("kernel", "bias"):
-            a = getattr(getattr(g_ours[0], name), p)[...]
-            b = getattr(getattr(g_ref[0], name), p)[...]
-            np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=f"{name}.{p}")
-    if qk_norm:
-        np.testing.assert_allclose(
-            g_ours[0].key_norm.scale[...], g_ref[0].key_ln.scale[...], atol=1e-5, rtol=1e-5
+    ref_grads = dict(nnx.to_flat_state(nnx.state(g_ref[0], nnx.Param)))
+    for path, value in nnx.to_flat_state(nnx.state(g_ours[0], nnx.Param)):
+        if path in ref_grads:  # ours also has score parameters (none for scaled_dot)
+            np.testing.assert_allclose(value[...], ref_grads[path][...], atol=1e-5, rtol=1e-5,
+                                       err_msg=str(path))  # fmt: skip
+    assert set(ref_grads) <= {p for p, _ in nnx.to_flat_state(nnx.state(g_ours[0], nnx.Param))}
+
+
+def _loaded_pair_self(num_kv_heads, normalize_qk):
+    args = (4, D, 24, 12, num_kv_heads)
+    kw = {"normalize_qk": normalize_qk}
+    ref = nnx.MultiHeadAttention(*args, decode=False, rngs=nnx.Rngs(1), **kw)
+    ours = ann.MultiHeadAttention(*args, rngs=nnx.Rngs(1), **kw)
+    nnx.update(ours, nnx.state(ref, nnx.Param))
+    return ours, ref
+
+
+def test_flax_dropout_matches_deterministic_and_training():
+    """With the same seeds, Flax's module and ours draw the same broadcast dropout mask."""
+    ours, ref = (
+        cls(4, D, 24, 12, dropout_rate=0.5, rngs=nnx.Rngs(1), **extra)
+        for cls, extra in (
+            (ann.MultiHeadAttention, {}),
+            (nnx.MultiHeadAttention, {"decode": False}),
         )
+    )
+    nnx.update(ours, nnx.state(ref, nnx.Param))
+    for deterministic in (True, False):
+        np.testing.assert_allclose(
+            ours(X, deterministic=deterministic), ref(X, deterministic=deterministic), atol=1e-5
+        )
+
+
+def test_flax_sown_weights_are_ours():
+    ours, ref = _loaded_pair_self(2, False)
+    _, sown_ours = nnx.capture(ours, nnx.Intermediate)(X, sow_weights=True)
+    _, sown_ref = nnx.capture(ref, nnx.Intermediate)(X, sow_weights=True)
+    weights = nnx.to_flat_state(nnx.filter_state(sown_ref, nnx.PathContains("attention_weights")))
+    np.testing.assert_allclose(
+        jax.tree.leaves(nnx.filter_state(sown_ours, nnx.PathContains("attention_weights")))[0],
+        jax.tree.leaves(weights)[0],
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize("score", ["scaled_dot", "cosine"])
+def test_attention_fn_puts_attnjax_scores_in_flax(score):
+    """Flax's module with ``attention_fn=attention_fn(score)`` equals ours with that score,
+    dropout included (the same seeds draw the same masks); with the default score it equals
+    Flax's own attention."""
+    params = {"cosine": {"score_params": {"scale": 5.0}}}.get(score, {})
+    options = {"init_scale": 5.0, "learnable": False} if score == "cosine" else None
+
+    def modules():  # each with nnx.Rngs(1) of its own: the same draws
+        common = {"dropout_rate": 0.5}
+        return (
+            nnx.MultiHeadAttention(4, D, 24, decode=False, **common, rngs=nnx.Rngs(1),
+                                   attention_fn=ann.attention_fn(score, **params)),
+            ann.MultiHeadAttention(4, D, 24, score=score, score_options=options, **common,
+                                   rngs=nnx.Rngs(1)),
+            nnx.MultiHeadAttention(4, D, 24, decode=False, **common, rngs=nnx.Rngs(1)),
+        )  # fmt: skip
+
+    for deterministic in (True, False):
+        flax_ours, ours, flax = modules()
+        nnx.update(ours, nnx.state(flax_ours, nnx.Param))
+        expected = flax_ours(X, deterministic=deterministic)
+        np.testing.assert_allclose(ours(X, deterministic=deterministic), expected, atol=1e-5)
+        if score == "scaled_dot":
+            np.testing.assert_allclose(flax(X, deterministic=deterministic), expected, atol=1e-5)
 
 
 def test_permutation_equivariant_without_positions():
