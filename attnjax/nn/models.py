@@ -85,11 +85,24 @@ class Transformer(nnx.Module):
         rngs: nnx.Rngs | Array | None = None,
     ) -> Float[Array, "B T C"]:
         """Logits of ``batch``; ``deterministic`` and ``rngs`` (an ``nnx.Rngs`` or a key)
-        control attention dropout as in :class:`MultiHeadAttention`."""
+        control attention dropout as in :class:`MultiHeadAttention`. Optional batch entries:
+        ``segment_ids [B, T]`` (packed rows: attention stays within a segment),
+        ``positions [B, T]`` (for the positional encoding and RoPE; packed rows restart them
+        per segment) and ``lengths [B]`` (padded rows: positions from ``lengths[b]`` on are
+        masked as keys and give zero attention output as queries)."""
+        positions = batch.get("positions")
         x = self.embed(batch["inputs"])
         if self.positional is not None:
-            x = self.positional(x)
-        x = self.encoder(x, is_causal=self.causal, deterministic=deterministic, rngs=rngs)
+            x = self.positional(x, positions)
+        x = self.encoder(
+            x,
+            is_causal=self.causal,
+            positions=positions,
+            segment_ids=batch.get("segment_ids"),
+            lengths=batch.get("lengths"),
+            deterministic=deterministic,
+            rngs=rngs,
+        )
         return self.readout(x).astype(jnp.float32)
 
 

@@ -68,10 +68,15 @@ class Block(nnx.Module):
         memory_mask: Bool[Array, "#B #N #T #S"] | None = None,
         is_causal: bool = False,
         positions: Int[Array, "*#B T"] | None = None,
+        segment_ids: Int[Array, "B T"] | None = None,
+        lengths: Int[Array, " B"] | None = None,
         deterministic: bool | None = None,
         rngs: nnx.Rngs | Array | None = None,
     ) -> Float[Array, "B T D"]:
         """Self-attention over ``x``; cross-attention to ``memory`` if the block has it.
+        Packed rows: ``segment_ids`` (a query sees keys of its own segment) with ``positions``
+        restarting per segment; padded rows: ``lengths`` (valid positions per row). Both reach
+        attention as structured masks, so the tiled paths skip the tiles they empty.
         ``deterministic`` and ``rngs`` (a key is split per sublayer) go to attention dropout."""
         x = x + self.attention(
             _apply(self.attention_norm, x),
@@ -80,6 +85,7 @@ class Block(nnx.Module):
             positions=positions,
             deterministic=deterministic,
             rngs=layer_rngs(rngs, 0),
+            **packing(segment_ids, lengths),
         )
         if self.cross is not None:
             if memory is None:
@@ -94,6 +100,17 @@ class Block(nnx.Module):
         if self.mlp is not None:
             x = x + self.mlp(_apply(self.mlp_norm, x))
         return x
+
+
+def packing(segment_ids: Array | None, lengths: Array | None) -> dict[str, Array]:
+    """Self-attention's structured masks for packed (``segment_ids``) and padded
+    (``lengths``) rows, as :func:`attnjax.attention` keywords."""
+    kwargs = {}
+    if segment_ids is not None:
+        kwargs |= {"q_segment_ids": segment_ids, "kv_segment_ids": segment_ids}
+    if lengths is not None:
+        kwargs |= {"query_seq_lengths": lengths, "key_value_seq_lengths": lengths}
+    return kwargs
 
 
 def _apply(norm: nnx.LayerNorm | None, x: Array) -> Array:
@@ -126,15 +143,20 @@ class Encoder(nnx.Module):
         mask: Bool[Array, "#B #N #T #T"] | None = None,
         is_causal: bool = False,
         positions: Int[Array, "*#B T"] | None = None,
+        segment_ids: Int[Array, "B T"] | None = None,
+        lengths: Int[Array, " B"] | None = None,
         deterministic: bool | None = None,
         rngs: nnx.Rngs | Array | None = None,
     ) -> Float[Array, "B T D"]:
+        """The blocks in turn; arguments as :class:`Block`'s."""
         for i, block in enumerate(self.blocks):
             x = block(
                 x,
                 mask=mask,
                 is_causal=is_causal,
                 positions=positions,
+                segment_ids=segment_ids,
+                lengths=lengths,
                 deterministic=deterministic,
                 rngs=layer_rngs(rngs, i),
             )

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from attnjax.tasks import base
 
@@ -57,6 +57,7 @@ class MarkovConfig:
     concentration: float = 1.0
     seed: int = 0
     seq_len: int = 64
+    documents: int = 1  # > 1: each row packs this many independent sequences (see generate)
 
     def __post_init__(self):
         base.check_int(self, "vocab_size", 2)
@@ -71,6 +72,7 @@ class MarkovConfig:
         base.check_float(self, "concentration", 0.0, open_low=True)
         base.check_int(self, "seed", 0)
         base.check_int(self, "seq_len", self.order)
+        base.check_int(self, "documents", 1, self.seq_len // (self.order + 1) or 1)
 
     @property
     def spec(self) -> base.TaskSpec:
@@ -138,12 +140,46 @@ def chain(config: MarkovConfig) -> Chain:
 
 
 def generate(key: PRNGKeyArray, batch_size: int, config: MarkovConfig) -> base.Batch:
-    """A batch as described in the module docstring."""
+    """A batch as described in the module docstring. With ``documents > 1`` each row packs
+    that many independent sequences (each from its own stationary start) of random lengths,
+    at least ``order + 1``, summing to ``seq_len``; the batch adds ``segment_ids [B, T]`` (the
+    document of each position) and ``positions [B, T]`` (restarting at 0 in each document),
+    and ``loss_mask`` marks positions at least ``order - 1`` into their document."""
+    order, seq_len, documents = config.order, config.seq_len, config.documents
+    if documents == 1:
+        tokens = _chains(key, batch_size, config)
+        mask = jnp.broadcast_to(jnp.arange(seq_len) >= order - 1, (batch_size, seq_len))
+        return {
+            "inputs": tokens[:, :-1],
+            "targets": jnp.where(mask, tokens[:, 1:], 0),
+            "loss_mask": mask,
+        }
+    k_chains, k_lengths = jax.random.split(key)
+    tokens = _chains(k_chains, batch_size * documents, config)
+    tokens = tokens.reshape(batch_size, documents, seq_len + 1)
+    lengths = _document_lengths(k_lengths, batch_size, documents, seq_len, order + 1)
+    ends = jnp.cumsum(lengths, axis=1)
+    segment = jnp.sum(jnp.arange(seq_len)[None, None] >= ends[:, :, None], axis=1)  # [B, T]
+    starts = jnp.take_along_axis(ends - lengths, segment, axis=1)
+    positions = jnp.arange(seq_len)[None] - starts
+    rows = jnp.arange(batch_size)[:, None]
+    mask = positions >= order - 1
+    return {
+        "inputs": tokens[rows, segment, positions],
+        "targets": jnp.where(mask, tokens[rows, segment, positions + 1], 0),
+        "loss_mask": mask,
+        "segment_ids": segment.astype(jnp.int32),
+        "positions": positions.astype(jnp.int32),
+    }
+
+
+def _chains(key: PRNGKeyArray, count: int, config: MarkovConfig) -> Int[Array, "n T1"]:
+    """``count`` chains of ``seq_len + 1`` tokens, each from a stationary start."""
     table = chain(config)
     vocab, order, seq_len = config.vocab_size, config.order, config.seq_len
     num_contexts = vocab**order
     k_start, k_steps = jax.random.split(key)
-    context = jax.random.choice(k_start, num_contexts, (batch_size,), p=table.stationary)
+    context = jax.random.choice(k_start, num_contexts, (count,), p=table.stationary)
     first = (context[:, None] // vocab ** np.arange(order - 1, -1, -1)) % vocab
     with np.errstate(divide="ignore"):
         log_probs = jnp.asarray(np.log(table.probs), jnp.float32)
@@ -154,13 +190,19 @@ def generate(key: PRNGKeyArray, batch_size: int, config: MarkovConfig) -> base.B
         return (context % (num_contexts // vocab)) * vocab + token, token
 
     _, rest = jax.lax.scan(step, context, jax.random.split(k_steps, seq_len + 1 - order))
-    tokens = jnp.concatenate([first, rest.T], axis=1).astype(jnp.int32)
-    mask = jnp.broadcast_to(jnp.arange(seq_len) >= order - 1, (batch_size, seq_len))
-    return {
-        "inputs": tokens[:, :-1],
-        "targets": jnp.where(mask, tokens[:, 1:], 0),
-        "loss_mask": mask,
-    }
+    return jnp.concatenate([first, rest.T], axis=1).astype(jnp.int32)
+
+
+def _document_lengths(
+    key: PRNGKeyArray, batch_size: int, documents: int, total: int, minimum: int
+) -> Int[Array, "B D"]:
+    """Per row, ``documents`` lengths of at least ``minimum`` summing to ``total``: the spare
+    positions split by uniform (Dirichlet(1)) proportions, the rounding left to the last."""
+    spare = total - documents * minimum
+    shares = jax.random.dirichlet(key, jnp.ones(documents), (batch_size,))
+    split = jnp.floor(shares * spare).astype(jnp.int32)
+    split = split.at[:, -1].add(spare - jnp.sum(split, axis=1))
+    return minimum + split
 
 
 TASK = base.Task("markov", MarkovConfig, generate)

@@ -95,3 +95,31 @@ def test_same_seed_same_language_other_seed_other_language():
         markov.chain(a).probs, markov.chain(markov.MarkovConfig(seed=1)).probs
     )
     assert not np.array_equal(markov.chain(a).successors, markov.chain(b).successors)
+
+
+def test_packed_documents_follow_the_chain_within_each_document():
+    """``documents=3``: lengths >= order + 1 summing to seq_len, positions restarting per
+    document, every loss position a chain transition from its own document's context, and
+    the next input continuing the same document only."""
+    import jax
+
+    config = markov.MarkovConfig(vocab_size=6, order=2, num_successors=2, seq_len=24,
+                                 documents=3)  # fmt: skip
+    batch = jax.tree.map(np.asarray, markov.generate(jax.random.key(0), 16, config))
+    table = markov.chain(config)
+    v, n = config.vocab_size, config.order
+    for b in range(16):
+        segments, positions = batch["segment_ids"][b], batch["positions"][b]
+        counts = np.bincount(segments, minlength=3)
+        assert counts.sum() == 24 and counts.min() >= n + 1 and np.all(np.diff(segments) >= 0)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        np.testing.assert_array_equal(positions, np.arange(24) - starts[segments])
+        for t in range(24):
+            assert batch["loss_mask"][b, t] == (positions[t] >= n - 1)
+            if batch["loss_mask"][b, t]:
+                window = batch["inputs"][b, t - n + 1 : t + 1]
+                context = sum(int(x) * v**i for i, x in enumerate(window[::-1]))
+                assert batch["targets"][b, t] in table.successors[context]
+            if t + 1 < 24 and segments[t + 1] == segments[t] and batch["loss_mask"][b, t]:
+                assert batch["inputs"][b, t + 1] == batch["targets"][b, t]
+    assert len({tuple(np.bincount(s, minlength=3)) for s in batch["segment_ids"]}) > 1
