@@ -5,6 +5,7 @@ from attnjax.nn.adapter import attention_fn
 from attnjax.nn.attention import HeadGate, MultiHeadAttention, capture_attention
 from attnjax.nn.baselines import CausalCnn, Rnn, shifted_matmul_conv
 from attnjax.nn.config import MODELS, ModelConfig, build, register
+from attnjax.nn.generate import generate
 from attnjax.nn.models import InputEmbedding, Transformer
 from attnjax.nn.positional import Learned, Sinusoidal, rope, sinusoidal
 from attnjax.nn.scores import SCORE_MODULES, Score, make_score
@@ -30,6 +31,7 @@ __all__ = [
     "attention_fn",
     "build",
     "capture_attention",
+    "generate",
     "make_score",
     "register",
     "rope",

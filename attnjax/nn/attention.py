@@ -86,6 +86,7 @@ class MultiHeadAttention(nnx.Module):
         score_mod: ScoreMod | nnx.Module | None = None,
         mask_mod: MaskMod | None = None,
         sequence_parallel: SequenceParallel | None = None,
+        decode: bool | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
@@ -150,6 +151,19 @@ class MultiHeadAttention(nnx.Module):
         )
         self.gate = HeadGate(jnp.ones((num_heads,), param_dtype))
         self.score_mod, self.mask_mod = score_mod, mask_mod
+        self.decode = decode
+        self.cached_key: nnx.Cache | None = nnx.data(None)
+        self.cached_value: nnx.Cache | None = nnx.data(None)
+        self.cache_index: nnx.Cache | None = nnx.data(None)
+
+    def init_cache(self, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> None:
+        """Flax's: key/value caches for decoding up to ``input_shape[-2]`` positions
+        (``input_shape`` is the full-length ``inputs_q`` shape ``[B, max_length, D]``); only
+        the ``K`` key/value heads are cached under grouped-query attention."""
+        shape = (*input_shape[:-1], self.num_kv_heads, self.head_dim)
+        self.cached_key = nnx.Cache(jnp.zeros(shape, dtype))
+        self.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
+        self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
 
     def __call__(
         self,
@@ -161,6 +175,7 @@ class MultiHeadAttention(nnx.Module):
         deterministic: bool | None = None,
         rngs: nnx.Rngs | nnx.RngStream | Array | None = None,
         sow_weights: bool = False,
+        decode: bool | None = None,
         is_causal: bool = False,
         positions: Int[Array, "*#B T"] | None = None,
         return_weights: bool = False,
@@ -191,10 +206,17 @@ class MultiHeadAttention(nnx.Module):
         q, k, v = self.query(inputs_q), self.key(inputs_k), self.value(inputs_v)
         if self.query_ln is not None:
             q, k = self.query_ln(q), self.key_ln(k)
+        decode = self.decode if decode is None else decode
+        if decode:
+            index = self._check_cache(q, self_attention, attention_kwargs)
+            positions = index + jnp.arange(q.shape[1]) if positions is None else positions
         if self.rope:
             q_pos = default_positions(q.shape[1]) if positions is None else positions
             k_pos = q_pos if self_attention else default_positions(k.shape[1])
             q, k = rope(q, q_pos, base=self.rope_base), rope(k, k_pos, base=self.rope_base)
+        if decode:  # attend to the cache: every key so far and these, causally
+            k, v = self._cached(k, v, index)
+            is_causal, attention_kwargs = True, {**attention_kwargs, "causal_offset": index}
 
         deterministic = self.deterministic if deterministic is None else deterministic
         dropout = self.dropout_rate > 0 and not deterministic
@@ -241,6 +263,35 @@ class MultiHeadAttention(nnx.Module):
             out = weighted_sum(dropped, v).astype(out.dtype)
         out = self.out(out * self.gate[...][:, None].astype(out.dtype))
         return (out, weights) if return_weights else out
+
+    def _check_cache(self, q: Array, self_attention: bool, attention_kwargs: dict) -> Array:
+        """The cache's next position; errors for calls decoding cannot serve."""
+        if self.cache_index is None:
+            raise ValueError("decode: the cache is not initialized; call init_cache first")
+        if not self_attention or self.sequence_parallel is not None:
+            raise ValueError("decode: caches self-attention on one device only")
+        if "causal_offset" in attention_kwargs:
+            raise ValueError("causal_offset: decoding sets it from the cache index")
+        if q.shape[1] > self.cached_key.shape[1]:
+            raise ValueError(
+                f"inputs_q: {q.shape[1]} positions exceed the cache's {self.cached_key.shape[1]}"
+            )
+        return self.cache_index[...]
+
+    def _cached(self, k: Array, v: Array, index: Array) -> tuple[Array, Array]:
+        """Writes ``k``, ``v`` at ``index`` (positions past the cache's end are clamped by
+        ``dynamic_update_slice``: size the cache for the whole sequence) and returns the
+        whole caches."""
+        start = (0, index, 0, 0)
+        keys = jax.lax.dynamic_update_slice(
+            self.cached_key[...], k.astype(self.cached_key[...].dtype), start
+        )
+        values = jax.lax.dynamic_update_slice(
+            self.cached_value[...], v.astype(self.cached_value[...].dtype), start
+        )
+        self.cached_key[...], self.cached_value[...] = keys, values
+        self.cache_index[...] = index + k.shape[1]
+        return keys, values
 
 
 def dropout_weights(

@@ -83,13 +83,15 @@ class Transformer(nnx.Module):
         *,
         deterministic: bool | None = None,
         rngs: nnx.Rngs | Array | None = None,
+        decode: bool | None = None,
     ) -> Float[Array, "B T C"]:
         """Logits of ``batch``; ``deterministic`` and ``rngs`` (an ``nnx.Rngs`` or a key)
         control attention dropout as in :class:`MultiHeadAttention`. Optional batch entries:
         ``segment_ids [B, T]`` (packed rows: attention stays within a segment),
         ``positions [B, T]`` (for the positional encoding and RoPE; packed rows restart them
         per segment) and ``lengths [B]`` (padded rows: positions from ``lengths[b]`` on are
-        masked as keys and give zero attention output as queries)."""
+        masked as keys and give zero attention output as queries). ``decode``: attention
+        layers extend their caches (see :func:`attnjax.nn.generate`; pass ``positions``)."""
         positions = batch.get("positions")
         x = self.embed(batch["inputs"])
         if self.positional is not None:
@@ -102,6 +104,7 @@ class Transformer(nnx.Module):
             lengths=batch.get("lengths"),
             deterministic=deterministic,
             rngs=rngs,
+            decode=decode,
         )
         return self.readout(x).astype(jnp.float32)
 

@@ -72,8 +72,10 @@ class Block(nnx.Module):
         lengths: Int[Array, " B"] | None = None,
         deterministic: bool | None = None,
         rngs: nnx.Rngs | Array | None = None,
+        decode: bool | None = None,
     ) -> Float[Array, "B T D"]:
         """Self-attention over ``x``; cross-attention to ``memory`` if the block has it.
+        ``decode``: self-attention reads and extends its key/value cache (``init_cache``).
         Packed rows: ``segment_ids`` (a query sees keys of its own segment) with ``positions``
         restarting per segment; padded rows: ``lengths`` (valid positions per row). Both reach
         attention as structured masks, so the tiled paths skip the tiles they empty.
@@ -85,6 +87,7 @@ class Block(nnx.Module):
             positions=positions,
             deterministic=deterministic,
             rngs=layer_rngs(rngs, 0),
+            decode=decode,
             **packing(segment_ids, lengths),
         )
         if self.cross is not None:
@@ -147,6 +150,7 @@ class Encoder(nnx.Module):
         lengths: Int[Array, " B"] | None = None,
         deterministic: bool | None = None,
         rngs: nnx.Rngs | Array | None = None,
+        decode: bool | None = None,
     ) -> Float[Array, "B T D"]:
         """The blocks in turn; arguments as :class:`Block`'s."""
         for i, block in enumerate(self.blocks):
@@ -159,6 +163,7 @@ class Encoder(nnx.Module):
                 lengths=lengths,
                 deterministic=deterministic,
                 rngs=layer_rngs(rngs, i),
+                decode=decode,
             )
         return _apply(self.norm, x)
 
