@@ -39,6 +39,7 @@ def attention_fn(score: str | Callable = "scaled_dot", **options: Any) -> Callab
         is_causal: bool = False,
     ) -> Float[Array, "B T N Hv"]:
         del precision, promote_dtype  # attnjax computes in float32
+        mask = None if mask is None else mask.astype(bool)  # Flax combines masks as floats
         dropout = dropout_rate > 0.0 and not deterministic
         dense = dropout or module is not None
         kwargs = {**options, "implementation": DENSE} if dense else options

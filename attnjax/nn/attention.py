@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Float, Int, Shaped
 
 from attnjax.attention import attention
 from attnjax.call import MaskMod, ScoreMod
@@ -20,6 +20,7 @@ from attnjax.sharded import SequenceParallel
 DENSE = "xla"  # the implementation that materializes the weights
 XAVIER = nnx.initializers.xavier_uniform()
 ZEROS = nnx.initializers.zeros_init()
+_PACKING = ("q_segment_ids", "kv_segment_ids", "query_seq_lengths", "key_value_seq_lengths")
 
 
 class HeadGate(nnx.Variable):
@@ -171,7 +172,7 @@ class MultiHeadAttention(nnx.Module):
         inputs_k: Float[Array, "B S Dk"] | None = None,
         inputs_v: Float[Array, "B S Dv"] | None = None,
         *,
-        mask: Bool[Array, "#B #N #T #S"] | None = None,
+        mask: Shaped[Array, "#B #N #T #S"] | None = None,
         deterministic: bool | None = None,
         rngs: nnx.Rngs | nnx.RngStream | Array | None = None,
         sow_weights: bool = False,
@@ -230,7 +231,7 @@ class MultiHeadAttention(nnx.Module):
         dense = return_weights or sow or dropout
         score_mod, own_params = split_mod(self.score_mod)
         common = {
-            "mask": mask,
+            "mask": None if mask is None else mask.astype(bool),  # Flax's masks may be floats
             "is_causal": is_causal,
             "score": self.score.name,
             "score_params": self.score(),
@@ -270,8 +271,12 @@ class MultiHeadAttention(nnx.Module):
             raise ValueError("decode: the cache is not initialized; call init_cache first")
         if not self_attention or self.sequence_parallel is not None:
             raise ValueError("decode: caches self-attention on one device only")
-        if "causal_offset" in attention_kwargs:
-            raise ValueError("causal_offset: decoding sets it from the cache index")
+        for name in ("causal_offset", *_PACKING):
+            if attention_kwargs.get(name) is not None:
+                raise ValueError(
+                    f"{name}: not taken while decoding (the cache sets the causal offset; "
+                    "packed or padded rows are not decoded)"
+                )
         if q.shape[1] > self.cached_key.shape[1]:
             raise ValueError(
                 f"inputs_q: {q.shape[1]} positions exceed the cache's {self.cached_key.shape[1]}"

@@ -8,6 +8,7 @@ from flax import nnx
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from attnjax.nn.attention import MultiHeadAttention
+from attnjax.nn.positional import Learned
 
 
 def generate(
@@ -39,6 +40,15 @@ def generate(
         )
     if not any(isinstance(m, MultiHeadAttention) for _, m in nnx.iter_modules(model)):
         raise ValueError("model: has no attnjax.nn.MultiHeadAttention to cache")
+    if getattr(model, "causal", True) is False:
+        raise ValueError("model: is not causal; autoregressive decoding needs a causal model")
+    total = prompt.shape[1] + max_new_tokens
+    for _, table in nnx.iter_modules(model):
+        if isinstance(table, Learned) and total > table.max_len:
+            raise ValueError(
+                f"max_new_tokens: prompt and new tokens ({total}) exceed the learned positional "
+                f"table's max_len={table.max_len}"
+            )
     graphdef, state = nnx.split(model)
     greedy = temperature == 0
     return _generate(graphdef, state, prompt, key, jnp.float32(temperature or 1.0),

@@ -93,6 +93,8 @@ class Transformer(nnx.Module):
         masked as keys and give zero attention output as queries). ``decode``: attention
         layers extend their caches (see :func:`attnjax.nn.generate`; pass ``positions``)."""
         positions = batch.get("positions")
+        if decode and positions is None:
+            raise ValueError("positions: decoding needs each token's position in the batch")
         x = self.embed(batch["inputs"])
         if self.positional is not None:
             x = self.positional(x, positions)

@@ -221,3 +221,19 @@ def test_bfloat16_computation_keeps_float32_softmax():
     assert out.dtype == jnp.bfloat16 and weights.dtype == jnp.float32
     ref = ann.MultiHeadAttention(4, D, rngs=nnx.Rngs(0))(X)
     np.testing.assert_allclose(out.astype(jnp.float32), ref, atol=0.1)
+
+
+def test_flax_float_masks_and_flax_decoding_through_attention_fn():
+    """Flax builds masks as floats (``make_causal_mask``; ``combine_masks`` while decoding):
+    ours and the adapter take them as Flax does."""
+    ours, ref = _loaded_pair_self(2, False)
+    causal = nnx.make_causal_mask(jnp.ones((B, T)))  # float32 [B, 1, T, T]
+    np.testing.assert_allclose(ours(X, mask=causal), ref(X, mask=causal), atol=1e-5)
+    flax_ours, flax = (
+        nnx.MultiHeadAttention(4, D, 24, decode=True, rngs=nnx.Rngs(1), **extra)
+        for extra in ({"attention_fn": ann.attention_fn()}, {})
+    )
+    for module in (flax_ours, flax):
+        module.init_cache(X.shape)
+    for t in range(T):
+        np.testing.assert_allclose(flax_ours(X[:, t : t + 1]), flax(X[:, t : t + 1]), atol=1e-5)

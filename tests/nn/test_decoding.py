@@ -92,6 +92,16 @@ def test_decoding_errors():
     mha.init_cache((1, 4, 8))
     with pytest.raises(ValueError, match="self-attention"):
         mha(x, x)
+    with pytest.raises(ValueError, match="query_seq_lengths: not taken while decoding"):
+        mha(x, query_seq_lengths=jnp.array([1]))
+    learned = nn.build(dataclasses.replace(CONFIG, positional="learned", max_len=8), nnx.Rngs(0))
+    with pytest.raises(ValueError, match="max_len=8"):
+        nn.generate(learned, PROMPT, 4, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="not causal"):
+        nn.generate(nn.build(dataclasses.replace(CONFIG, causal=False), nnx.Rngs(0)), PROMPT, 2,
+                    key=jax.random.key(0))  # fmt: skip
+    with pytest.raises(ValueError, match="positions: decoding needs"):
+        nn.build(CONFIG, nnx.Rngs(0))({"inputs": PROMPT}, decode=True)
     with pytest.raises((ValueError, jaxtyping.TypeCheckError), match="prompt"):
         nn.generate(nn.build(CONFIG, nnx.Rngs(0)), jnp.ones((3,), jnp.int32), 2,
                     key=jax.random.key(0))  # fmt: skip
