@@ -1,16 +1,20 @@
 """Tables, intervals, plots and verdict text for run folders and sweeps.
 
 Plots use ``matplotlib.figure.Figure`` directly: no pyplot state, safe in threads, and the
-user's backend is left alone.
+user's backend is left alone. Figures use constrained layout, so titles, labels and colour bars
+stay on the canvas; legends sit outside the axes. A smoke run's report and figures say so in
+their titles (``smoke=True``).
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from scipy import stats
 
@@ -24,6 +28,20 @@ def mean_ci95(values: Sequence[float | np.floating]) -> tuple[float, float]:
     return float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(len(x)))
 
 
+# The range a metric cannot leave: its error bars are clipped to it.
+METRIC_RANGES = {"accuracy": (0.0, 1.0)}
+SMOKE_NOTE = (
+    "**Smoke run**: a few steps to check that everything runs; its numbers are not results.\n\n"
+)
+
+
+def smoke_title(title: str | None, smoke: bool) -> str | None:
+    """``title``, marked as a smoke run's when ``smoke``."""
+    if not smoke:
+        return title
+    return f"{title} (smoke)" if title else "smoke run"
+
+
 def fmt(mean: float, half: float) -> str:
     return f"{mean:.3f}" if math.isnan(half) else f"{mean:.3f} ± {half:.3f}"
 
@@ -34,44 +52,76 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_report(config: Any, results: Sequence[dict[str, Any]]) -> str:
+def run_report(config: Any, results: Sequence[dict[str, Any]], smoke: bool = False) -> str:
     """``report.md`` of one run folder: the final metrics, mean ± 95% interval over seeds,
-    per learning rate."""
+    per learning rate (``smoke``: titled and noted as a smoke run)."""
     metrics = [k for k in results[0] if k.startswith(("valid_", "test_"))]
     rows = []
     for lr in dict.fromkeys(r["learning_rate"] for r in results):
         group = [r for r in results if r["learning_rate"] == lr]
         rows.append([lr, len(group), *(fmt(*mean_ci95([r[m] for r in group])) for m in metrics)])
     table = markdown_table(["learning rate", "seeds", *metrics], rows)
-    return f"# {config.name}\n\nFinal metrics, mean ± 95% interval over seeds.\n\n{table}"
+    note = SMOKE_NOTE if smoke else ""
+    return (
+        f"# {smoke_title(config.name, smoke)}\n\n{note}"
+        f"Final metrics, mean ± 95% interval over seeds.\n\n{table}"
+    )
 
 
-def plot_curves(metrics: Sequence[dict[str, Any]], path: Path, title: str) -> None:
-    """Training loss and test metrics against step, one line per run."""
+# Line styles told apart at a glance; with more seeds than these, every seed is drawn solid.
+SEED_STYLES = ("-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)),
+               (0, (5, 5)), (0, (3, 5, 1, 5)), (0, (8, 2, 2, 2)))  # fmt: skip
+
+
+def plot_curves(
+    metrics: Sequence[dict[str, Any]], path: Path, title: str, smoke: bool = False
+) -> Figure:
+    """Training loss and test metrics against step, one line per run: one colour per learning
+    rate, one line style per seed; the legend outside the axes."""
     names = ["loss", *sorted({m["metric"] for m in metrics if m["split"] == "test"} - {"loss"})]
-    fig, axes = new_figure(1, len(names), squeeze=False, figsize=(4.2 * len(names), 3.4))
+    rates = sorted({m["learning_rate"] for m in metrics})
+    seeds = sorted({m["seed"] for m in metrics})
+    colour = dict(zip(rates, distinct_colours(len(rates)), strict=True))
+    styles = SEED_STYLES if len(seeds) <= len(SEED_STYLES) else ("-",) * len(seeds)
+    style = dict(zip(seeds, styles, strict=False))
+    fig, axes = new_figure(1, len(names), squeeze=False, figsize=(3.6 * len(names) + 1.6, 3.4))
     for ax, name in zip(axes[0], names, strict=True):
         split = "train" if name == "loss" else "test"
-        runs = sorted({(m["seed"], m["learning_rate"]) for m in metrics})
-        for seed, lr in runs:
-            pts = [
-                (m["step"], m["value"])
-                for m in metrics
-                if (m["seed"], m["learning_rate"], m["split"], m["metric"])
-                == (seed, lr, split, name)
-            ]
-            ax.plot(*zip(*pts, strict=True), label=f"seed {seed}, lr {lr:g}", lw=1)
+        for seed in seeds:
+            for lr in rates:
+                pts = [
+                    (m["step"], m["value"])
+                    for m in metrics
+                    if (m["seed"], m["learning_rate"], m["split"], m["metric"])
+                    == (seed, lr, split, name)
+                ]
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), color=colour[lr], ls=style[seed], lw=1)
         ax.set(xlabel="training step", ylabel=f"{split} {name}", title=f"{split} {name}")
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
-    save_figure(fig, path, title)
+    handles = [Line2D([], [], color=colour[lr], label=f"lr {lr:g}") for lr in rates]
+    if len(seeds) <= len(SEED_STYLES):
+        handles += [Line2D([], [], color="k", ls=style[s], label=f"seed {s}") for s in seeds]
+    else:
+        handles.append(Line2D([], [], color="k", label=f"{len(seeds)} seeds, one line each"))
+    fig.legend(handles=handles, loc="outside right upper", fontsize=7, handlelength=3.5)
+    save_figure(fig, path, title, smoke)
+    return fig
 
 
-def plot_attention(maps: Sequence[Any], path: Path, title: str) -> None:
+def distinct_colours(n: int) -> list[Any]:
+    """``n`` colours, none repeated: matplotlib's ten for ``n <= 10``, else a colour map."""
+    if n <= 10:
+        return list(colormaps["tab10"].colors[:n])
+    return list(colormaps["viridis"](np.linspace(0, 0.95, n)))
+
+
+def plot_attention(maps: Sequence[Any], path: Path, title: str, smoke: bool = False) -> Figure:
     """Heatmaps of the first example's attention weights, one per layer and head
     (``maps``: per layer ``[B, N, T, S]``)."""
     heads = max(m.shape[1] for m in maps)
-    fig, axes = new_figure(len(maps), heads, squeeze=False, figsize=(3.2 * heads, 2.8 * len(maps)))
+    figsize = (max(2.6 * heads + 1.4, 4.5), 2.6 * len(maps) + 0.6)
+    fig, axes = new_figure(len(maps), heads, squeeze=False, figsize=figsize)
     for layer, weights in enumerate(maps):
         for head in range(heads):
             ax = axes[layer, head]
@@ -79,26 +129,67 @@ def plot_attention(maps: Sequence[Any], path: Path, title: str) -> None:
                 ax.axis("off")
                 continue
             image = ax.imshow(np.asarray(weights[0, head]), cmap="viridis", vmin=0, vmax=1)
-            ax.set(xlabel="key position", title=f"layer {layer} head {head}")
+            ax.set_title(f"layer {layer} head {head}", fontsize=9)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         axes[layer, 0].set_ylabel("query position")
-    fig.colorbar(image, ax=axes.ravel().tolist(), label="attention weight")
-    fig.suptitle(title)
-    fig.savefig(path, dpi=100)
+    for ax in axes[-1]:
+        ax.set_xlabel("key position")
+    fig.colorbar(image, ax=axes, label="attention weight", shrink=min(1.0, 0.4 + 0.3 * len(maps)))
+    save_figure(fig, path, title, smoke)
+    return fig
+
+
+def plot_summary(
+    points: Mapping[str, Any],
+    path: Path,
+    *,
+    metric: str,
+    title: str,
+    chance: float | None = None,
+    smoke: bool = False,
+) -> Figure:
+    """One bar per point (``points``: name → an object with ``mean``, ``half_width`` and the
+    seeds' ``values``): the mean test metric with its 95% interval, clipped to the metric's
+    range (:data:`METRIC_RANGES`; the label says so when it clips), and the seeds as dots."""
+    names = list(points)
+    lo, hi = METRIC_RANGES.get(metric, (-math.inf, math.inf))
+    means = np.array([points[n].mean for n in names], float)
+    half = np.nan_to_num(np.array([points[n].half_width for n in names], float))
+    lower, upper = np.maximum(means - half, lo), np.minimum(means + half, hi)
+    clipped = bool(np.any(lower > means - half) or np.any(upper < means + half))
+    fig, ax = new_figure(figsize=(7, 0.35 * len(names) + 1.4))
+    errors = np.stack([means - lower, upper - means])
+    ax.barh(range(len(names)), means, xerr=errors, color="#8fb3d9", capsize=3)
+    for i, n in enumerate(names):
+        ax.plot(points[n].values, [i] * len(points[n].values), "k.", ms=3)
+    if chance is not None:
+        ax.axvline(chance, color="grey", ls="--", lw=1, label=f"chance {chance:.3g}")
+        fig.legend(loc="outside lower right", fontsize=7)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.invert_yaxis()
+    clip_note = f", clipped to [{lo:g}, {hi:g}]" if clipped else ""
+    ax.set_xlabel(f"test {metric} (mean ± 95% interval{clip_note}; dots: seeds)", wrap=True)
+    ax.grid(axis="x", alpha=0.3)
+    save_figure(fig, path, title, smoke)
+    return fig
 
 
 def new_figure(
     *grid: int, figsize: tuple[int | float, int | float], **kwargs: Any
 ) -> tuple[Figure, Any]:
-    """``(figure, axes)`` like ``plt.subplots(*grid, **kwargs)``, without pyplot's state."""
-    fig = Figure(figsize=figsize)
+    """``(figure, axes)`` like ``plt.subplots(*grid, **kwargs)``, without pyplot's state, with
+    constrained layout."""
+    fig = Figure(figsize=figsize, layout="constrained")
     return fig, fig.subplots(*grid, **kwargs)
 
 
-def save_figure(fig: Figure, path: Path, title: str | None = None) -> None:
-    """Lay ``fig`` out (under ``title``) and write it to ``path`` as a PNG."""
+def save_figure(fig: Figure, path: Path, title: str | None = None, smoke: bool = False) -> None:
+    """Write ``fig`` to ``path`` as a PNG under ``title`` (wrapped to the figure's width;
+    ``smoke``: marked as a smoke run's), laid out so that no text leaves the canvas."""
+    title = smoke_title(title, smoke)
     if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+        fig.suptitle(title, wrap=True)
+    if fig.get_layout_engine() is None:
+        fig.set_layout_engine("constrained")
     fig.savefig(path, dpi=100)
