@@ -21,7 +21,7 @@ from attnjax import experiment
 from attnjax.attention import attention
 from attnjax.experiment import claims as experiment_claims
 from attnjax.experiment import record, storage
-from attnjax.experiment.sweep import edge_points, summary_table
+from attnjax.experiment.sweep import check_points, edge_points, summary_table
 from attnjax.scores import dot, scaled_dot
 
 
@@ -66,7 +66,7 @@ class Progress:
     """Training progress on stderr: points done of the total, and each running point's step,
     loss and time left. Live bars (rich) on a terminal; plain lines otherwise (one per
     evaluation chunk). Called from the sweep's worker threads as ``(point, step, total,
-    loss)``."""
+    loss)``. Across processes only process 0 shows it; the others stay quiet."""
 
     def __init__(self, num_points: int | None = None):
         self.console = rich.console.Console(stderr=True)
@@ -74,7 +74,8 @@ class Progress:
         self.lock = threading.Lock()
         self.started: dict[str, tuple[float, int]] = {}
         self.bars = None
-        if self.console.is_terminal:
+        self.quiet = jax.process_index() != 0
+        if self.console.is_terminal and not self.quiet:
             self.bars = rich.progress.Progress(
                 rich.progress.TextColumn("{task.description}"),
                 rich.progress.BarColumn(),
@@ -97,6 +98,8 @@ class Progress:
             self.bars.stop()
 
     def __call__(self, point: str, step: int, total: int, loss: float) -> None:
+        if self.quiet:
+            return
         with self.lock:
             start_time, start_step = self.started.setdefault(point, (time.monotonic(), step))
             finished = step >= total
@@ -117,13 +120,20 @@ class Progress:
                     self.bars.advance(self.points)
 
 
+SMOKE_HELP = (  # measured on 2 CPU cores without a compilation cache
+    "a few steps of every run, to check that the code runs; it judges no claim. Seconds to "
+    "minutes, mostly compiling: `run configs/xor_relation.py` 12 s, `sweep "
+    "experiments/xor_relation.py` (24 points) 2.6 min"
+)
+
+
 class UsageError(Exception):
     """A mistake in the command or its config: one line on stderr, exit status 2."""
 
 
 @contextlib.contextmanager
 def _folder_errors():
-    """A run folder that holds another run (checked before any training) is a usage error."""
+    """A folder that holds another record (checked before any training) is a usage error."""
     try:
         yield
     except FileExistsError as error:
@@ -131,12 +141,13 @@ def _folder_errors():
 
 
 def _usage_errors(fn):
-    """Turn the config and override errors raised inside ``fn`` into :class:`UsageError`."""
+    """Turn the config, override and missing-dependency errors raised inside ``fn`` into
+    :class:`UsageError`."""
 
     def wrapped(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, ImportError) as error:
             raise UsageError(str(error)) from error
 
     return wrapped
@@ -146,18 +157,29 @@ def _usage_errors(fn):
 def _run_config(args: argparse.Namespace) -> experiment.ExperimentConfig:
     module = experiment.load_file(args.config)
     config = experiment.get_config(module, "smoke" if args.smoke else args.variant)
-    return experiment.with_overrides(config, experiment.parse_overrides(config, args.set))
+    config = experiment.with_overrides(config, experiment.parse_overrides(config, args.set))
+    if config.train.tensorboard:
+        storage.require_tensorboard()
+    return config
 
 
 def run(args: argparse.Namespace) -> None:
+    """Train a config file's config into ``--out`` (default ``runs/<config name>``)."""
     config = _run_config(args)
     out = args.out or Path("runs") / config.name
+    with _folder_errors():  # before any folder is made
+        record.check_folder(out, "run", args.config, args.overwrite)
+        experiment.check_workdir(config, out, num_seeds=args.seeds, overwrite=args.overwrite)
+    primary = jax.process_index() == 0  # across processes, process 0 writes the folder
+    if primary:
+        record.mark_folder(out, "run", args.config, args.argv)
     with Progress() as progress, _folder_errors():
         experiment.train_and_evaluate(
             config, out, num_seeds=args.seeds, overwrite=args.overwrite,
             progress=functools.partial(progress, config.name),
+            smoke=args.smoke or args.variant == "smoke",
         )  # fmt: skip
-    if jax.process_index() == 0:  # across processes, process 0 wrote the folder
+    if primary:
         print((Path(out) / "report.md").read_text())
         print(f"run folder: {out}")
 
@@ -167,8 +189,11 @@ def _sweep_plan(args: argparse.Namespace):
     """``(module, experiment or None)``: the file, and its sweep with ``--set`` applied to
     the base config."""
     module = experiment.load_file(args.experiment)
-    if not hasattr(module, "analyze") and not hasattr(module, "get_experiment"):
-        raise ValueError(f"{args.experiment}: defines neither analyze() nor get_experiment()")
+    if experiment.file_kind(module) != "sweep":
+        hint = "; a config file runs with `attnjax run`" if hasattr(module, "get_config") else ""
+        raise ValueError(
+            f"experiment: {args.experiment} defines neither analyze() nor get_experiment(){hint}"
+        )
     if args.publish and args.smoke:
         raise ValueError("--publish: a smoke run is not a record; drop --smoke or --publish")
     if not hasattr(module, "get_experiment"):
@@ -177,7 +202,10 @@ def _sweep_plan(args: argparse.Namespace):
         return module, None
     exp = module.get_experiment(smoke=args.smoke)
     overrides = experiment.parse_overrides(exp.base, args.set)
-    return module, dataclasses.replace(exp, base=experiment.with_overrides(exp.base, overrides))
+    exp = dataclasses.replace(exp, base=experiment.with_overrides(exp.base, overrides))
+    if exp.base.train.tensorboard or any(p.get("train.tensorboard") for p in exp.points):
+        storage.require_tensorboard()
+    return module, exp
 
 
 @_usage_errors
@@ -198,42 +226,51 @@ def sweep(args: argparse.Namespace) -> None:
     """Run an experiment file: its ``analyze(out, smoke)`` (measurements, and training of its
     own) and/or its ``get_experiment(smoke)`` sweep (``--set`` changes its base config; the
     points' own overrides win); write the record (``report.md`` with a verdict line per claim,
-    ``results.csv``, ``env.json``) and, with ``--publish``, copy it to
-    ``results/<experiment>/``."""
+    ``results.csv``, ``env.json``) into ``--out`` (default ``sweeps/<experiment>``) and, with
+    ``--publish``, copy it to ``results/<experiment>/``. A smoke run judges no claim."""
     module, exp = _sweep_plan(args)
+    options = _analysis_options(module, args) if hasattr(module, "analyze") else {}
     name = Path(args.experiment).stem
-    out = args.out or Path("runs") / name
+    out = args.out or Path("sweeps") / name
+    num_seeds = args.seeds or 5
+    with _folder_errors():  # before any folder is made
+        record.check_folder(out, "sweep", args.experiment, args.overwrite)
+        if exp is not None:
+            check_points(exp, out, num_seeds=num_seeds, overwrite=args.overwrite)
+    primary = jax.process_index() == 0  # across processes, process 0 writes the record
+    say = print if primary else lambda *_, **__: None
     out.mkdir(parents=True, exist_ok=True)
-    for stale in record.RECORD_FILES:  # this run writes its own
-        (out / stale).unlink(missing_ok=True)
+    if primary:
+        record.mark_folder(out, "sweep", args.experiment, args.argv)
+        for stale in record.RECORD_FILES:  # this run writes its own
+            (out / stale).unlink(missing_ok=True)
     environment = record.environment(args.argv)  # the code as the run starts
     verdicts, bodies = {}, []
     if hasattr(module, "analyze"):
-        options = _analysis_options(module, args)
         with _folder_errors():
             analysis = module.analyze(out, args.smoke, **options)
-        storage.write_csv(out / analysis.csv_name, analysis.rows)
+        if primary:
+            storage.write_csv(out / analysis.csv_name, analysis.rows)
         verdicts |= analysis.verdicts
         bodies.append(analysis.body)
-        print(f"\n{analysis.body}")
+        say(f"\n{analysis.body}")
     if exp is not None:
         with Progress(len(exp.points)) as progress, _folder_errors():
             outcome = experiment.sweep(
-                exp, out, num_seeds=args.seeds or 5, overwrite=args.overwrite,
-                workers=args.workers,
-                progress=progress,
+                exp, out, num_seeds=num_seeds, overwrite=args.overwrite, workers=args.workers,
+                progress=progress, smoke=args.smoke,
             )  # fmt: skip
         verdicts[outcome.claim_id] = (outcome.verdict, outcome.reason)
         bodies.append(outcome.body)
-        print(f"\n{exp.name}: {exp.claim}\n")
-        print(summary_table(outcome.summary, exp))
+        say(f"\n{exp.name}: {exp.claim}\n")
+        say(summary_table(outcome.summary, exp))
         for point in edge_points(outcome.summary):
-            print(f"best learning rate at the edge of the grid: {point}")
-    if jax.process_index() != 0:  # across processes, process 0 writes the record
+            say(f"best learning rate at the edge of the grid: {point}")
+    if not primary:
         return
-    record.write_report(out, verdicts, bodies)
+    record.write_report(out, verdicts, bodies, smoke=args.smoke)
     storage.write_json(out / "env.json", environment)
-    print(record.verdict_lines(verdicts), end="")
+    print(record.verdict_lines(verdicts, smoke=args.smoke), end="")
     print(f"report: {out / 'report.md'}")
     if args.publish:  # the project's results/, beside experiments/
         dest = Path(args.experiment).resolve().parents[1] / "results" / name
@@ -241,15 +278,36 @@ def sweep(args: argparse.Namespace) -> None:
         print(f"published: {dest}")
 
 
+def _claims_root(root: Path | None) -> Path:
+    """``--root``, or the repository holding the current folder."""
+    if root is None:
+        found = experiment_claims.find_root(Path.cwd())
+        if found is None:
+            raise UsageError(
+                f"{Path.cwd()} is not inside the attnjax repository (no docs/claims.md and "
+                "results/ here or above); run it there or pass --root"
+            )
+        return found
+    if not (root / "docs" / "claims.md").is_file():
+        raise UsageError(f"--root: {root} holds no docs/claims.md (the attnjax repository?)")
+    return root
+
+
 def claims(args: argparse.Namespace) -> None:
     """Rewrite (or with ``--check`` compare) the generated blocks of docs/claims.md and
-    README.md from the records in results/; exit 1 on a stale block (``--check``), a missing
-    or unknown block, or a record without the verdict of its claim."""
-    changed = experiment_claims.update(args.root, check=args.check)
-    problems = experiment_claims.problems(args.root) + (changed if args.check else [])
+    README.md from the records in results/ and print the claims' verdicts; exit 1 on a stale
+    block (``--check``), a missing or unknown block, or a record without the verdict of its
+    claim. The repository is ``--root`` or the one holding the current folder."""
+    root = _claims_root(args.root)
+    changed = experiment_claims.update(root, check=args.check)
+    problems = experiment_claims.problems(root) + (changed if args.check else [])
     if problems:
         raise SystemExit("claims: " + "; ".join(problems) + " (run `attnjax claims`)")
-    print("rewritten: " + ("; ".join(changed) or "none"))
+    print(experiment_claims.blocks(root)["readme"])
+    if args.check:
+        print(f"up to date: {', '.join(experiment_claims.TARGETS)} ({root})")
+    else:
+        print(f"rewritten ({root}): " + ("; ".join(changed) or "none (already up to date)"))
 
 
 def _compile_cache() -> None:
@@ -264,25 +322,50 @@ def _compile_cache() -> None:
         jax.config.update("jax_compilation_cache_dir", str(base / "attnjax" / "jax"))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors as one line on stderr, exit status 2, like :class:`UsageError`."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive(text: str) -> int:
+    """An integer ≥ 1 (seeds, workers)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="attnjax", description=__doc__)
+    parser = _Parser(prog="attnjax", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="scaling and saturation of dot-product scores; parity check")
-    for name, target, help_text in [
-        ("run", "config", "train one config file's get_config() into a run folder"),
-        ("sweep", "experiment", "run an experiment file (analyze() and/or grid × seeds), verdicts"),
-    ]:
+    for name, target, folder, help_text in [
+        ("run", "config", "runs/<config name>",
+         "train one config file's get_config() into a run folder"),
+        ("sweep", "experiment", "sweeps/<experiment>",
+         "run an experiment file (analyze() and/or grid × seeds), verdicts"),
+    ]:  # fmt: skip
         sub = commands.add_parser(name, help=help_text)
         sub.add_argument(target, help="a Python file (it is code: run only files you trust)")
         sub.add_argument(
-            "--seeds", type=int, default=None if name == "sweep" else 1,
+            "--seeds", type=_positive, default=None if name == "sweep" else 1,
             help="seeds per point (sweep: 5, or an analysis' own count, unless given)",
         )  # fmt: skip
-        sub.add_argument("--out", type=Path, help="output folder (default runs/<name>)")
-        sub.add_argument("--smoke", action="store_true", help="a seconds-long version")
+        sub.add_argument(
+            "--out", type=Path,
+            help=f"output folder (default {folder}); it records which command wrote it, and "
+            "no other command writes there without --overwrite",
+        )  # fmt: skip
+        sub.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
         sub.add_argument(
             "--overwrite", action="store_true",
-            help="replace an existing run's files (never other files in the folder)",
+            help=f"take a folder holding another record: replace this {name}'s own files "
+            "(never other files in the folder)",
         )  # fmt: skip
         sub.add_argument(
             "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
@@ -298,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         "--variant", help="passed to get_config (one of the file's VARIANTS)"
     )
     commands.choices["sweep"].add_argument(
-        "--workers", type=int, default=2, help="points trained in parallel (threads)"
+        "--workers", type=_positive, default=2, help="points trained in parallel (threads)"
     )
     commands.choices["sweep"].add_argument(
         "--publish", action="store_true",
@@ -307,7 +390,9 @@ def main(argv: list[str] | None = None) -> None:
     sub = commands.add_parser(
         "claims", help="generate the claims tables of docs/claims.md and README.md from results/"
     )
-    sub.add_argument("--root", type=Path, default=Path("."), help="the project folder")
+    sub.add_argument(
+        "--root", type=Path, help="the repository (default: the one holding the current folder)"
+    )
     sub.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv

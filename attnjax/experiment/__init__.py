@@ -41,7 +41,12 @@ def load_file(path: str | Path) -> ModuleType:
 
 def get_config(module: ModuleType, variant: str | None = None) -> ExperimentConfig:
     """``module.get_config(variant)`` for a variant the config file declares in ``VARIANTS``
-    (default ``("smoke",)``); any other is a ``ValueError`` listing them."""
+    (default ``("smoke",)``); any other, or a file without ``get_config`` (an experiment
+    file), is a ``ValueError`` saying so."""
+    if not callable(getattr(module, "get_config", None)):
+        sweep_file = file_kind(module) == "sweep"
+        hint = "; an experiment file runs with `attnjax sweep`" if sweep_file else ""
+        raise ValueError(f"config: {module.__file__} defines no get_config(variant){hint}")
     variants = tuple(getattr(module, "VARIANTS", ("smoke",)))
     if variant is not None and variant not in variants:
         raise ValueError(
@@ -49,6 +54,14 @@ def get_config(module: ModuleType, variant: str | None = None) -> ExperimentConf
             f"expected one of {list(variants)}"
         )
     return module.get_config(variant)
+
+
+def file_kind(module: ModuleType) -> str | None:
+    """``"run"`` for a config file (``get_config``), ``"sweep"`` for an experiment file
+    (``get_experiment`` and/or ``analyze``), else None."""
+    if hasattr(module, "get_experiment") or hasattr(module, "analyze"):
+        return "sweep"
+    return "run" if hasattr(module, "get_config") else None
 
 
 __all__ = [
@@ -64,6 +77,7 @@ __all__ = [
     "Trainer",
     "check_workdir",
     "combine",
+    "file_kind",
     "from_dict",
     "get_config",
     "grid",

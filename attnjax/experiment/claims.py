@@ -179,6 +179,16 @@ TARGETS = {  # file: the blocks it must hold
 }
 
 
+def find_root(start: Path) -> Path | None:
+    """The repository (the folder holding ``docs/claims.md`` and ``results/``) that holds
+    ``start``, or None."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / "docs" / "claims.md").is_file() and (folder / "results").is_dir():
+            return folder
+    return None
+
+
 def problems(root: Path) -> list[str]:
     """What no rewrite can fix: missing or unknown blocks, records that do not judge a claim
     their experiment is mapped to."""

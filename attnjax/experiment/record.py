@@ -1,7 +1,8 @@
 """An experiment's record: ``report.md`` (one ``verdict <claim>: <verdict>`` line per claim
-judged, then the sections), ``results.csv``, ``env.json`` and the figures the report shows; and
-its publication, those files copied to ``results/<experiment>/`` (no run folders, no
-checkpoints).
+judged, then the sections), ``results.csv``, ``env.json`` and the figures the report shows; its
+publication, those files copied to ``results/<experiment>/`` (no run folders, no
+checkpoints); and the ownership of output folders: ``written_by.json`` says which command
+(``run`` or ``sweep``) of which file wrote the folder, and no other command writes there.
 """
 
 import os
@@ -12,9 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from attnjax.experiment import storage
+from attnjax.experiment import report, storage
+from attnjax.experiment.run import RUN_FILES
 
 RECORD_FILES = ("report.md", "env.json", "results.csv", "analysis.csv")  # and its figures
+OWNER_FILE = "written_by.json"  # {"kind": "run" | "sweep", "file": ..., "command": ...}
+SMOKE = "not judged (smoke)"  # a smoke run's verdict: it checks that the code runs
 MAX_RECORD_BYTES = 2_000_000  # per file: a record holds tables and figures, nothing large
 
 
@@ -49,14 +53,57 @@ def analysis(
     return Analysis(rows, body, {claim_id: verdict}, csv_name)
 
 
-def verdict_lines(verdicts: Mapping[str, tuple[str, str]]) -> str:
-    return "".join(f"verdict {claim}: {v}\n" for claim, (v, _) in verdicts.items())
+def verdict_lines(verdicts: Mapping[str, tuple[str, str]], smoke: bool = False) -> str:
+    """``verdict <claim>: <verdict>`` per claim; ``smoke``: ``not judged (smoke)``."""
+    return "".join(f"verdict {c}: {SMOKE if smoke else v}\n" for c, (v, _) in verdicts.items())
 
 
-def write_report(out: Path, verdicts: Mapping[str, tuple[str, str]], bodies: Sequence[str]):
-    """``report.md``: the verdict lines, then each section."""
-    text = verdict_lines(verdicts) + "\n" + "\n".join(bodies)
-    (out / "report.md").write_text(text)
+def write_report(
+    out: Path,
+    verdicts: Mapping[str, tuple[str, str]],
+    bodies: Sequence[str],
+    smoke: bool = False,
+) -> None:
+    """``report.md``: the verdict lines, then each section. A ``smoke`` report judges no
+    claim: its verdict lines say so, and a note and every section's title say smoke."""
+    text = "\n".join(bodies)
+    if smoke:
+        text = report.SMOKE_NOTE + re.sub(
+            r"^# (.+)$", lambda m: f"# {report.smoke_title(m[1], True)}", text, flags=re.M
+        )
+    (out / "report.md").write_text(verdict_lines(verdicts, smoke) + "\n" + text)
+
+
+def check_folder(out: Path, kind: str, source: str | Path, overwrite: bool) -> None:
+    """``FileExistsError`` unless ``out`` may take the record of ``attnjax <kind> <source>``:
+    it is new, holds no record, or its ``written_by.json`` names the same command and file
+    (which resumes); ``overwrite`` takes any folder (the command then removes its own files,
+    never others)."""
+    path = Path(out) / OWNER_FILE
+    if overwrite:
+        return
+    if path.exists():
+        owner = storage.read_json(path)
+        if (owner["kind"], owner["file"]) == (kind, str(Path(source).resolve())):
+            return
+        held = f"the record of `{owner['command']}`"
+    else:
+        record = dict.fromkeys((*RUN_FILES, *RECORD_FILES, "points"))
+        names = [n for n in record if (Path(out) / n).exists()]
+        if not names:
+            return
+        held = f"a record ({', '.join(names)}) that no `attnjax {kind} {source}` wrote"
+    raise FileExistsError(
+        f"--out: {out} holds {held}; choose another --out, or pass --overwrite to replace "
+        f"this {kind}'s own files there"
+    )
+
+
+def mark_folder(out: Path, kind: str, source: str | Path, argv: Sequence[str]) -> None:
+    """Create ``out`` and write its ``written_by.json``: ``attnjax <kind> <source>`` owns it."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    owner = {"kind": kind, "file": str(Path(source).resolve()), "command": _command(argv)}
+    storage.write_json(Path(out) / OWNER_FILE, owner)
 
 
 def environment(argv: Sequence[str]) -> dict[str, Any]:
@@ -65,8 +112,12 @@ def environment(argv: Sequence[str]) -> dict[str, Any]:
     return storage.environment() | {
         "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
-        "command": " ".join(["attnjax", *argv]),
+        "command": _command(argv),
     }
+
+
+def _command(argv: Sequence[str]) -> str:
+    return " ".join(["attnjax", *argv])
 
 
 def _cpu_name() -> str:

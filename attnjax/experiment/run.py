@@ -45,6 +45,7 @@ def train_and_evaluate(
     overwrite: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
     trainer: Trainer | None = None,
+    smoke: bool = False,
 ) -> list[dict[str, Any]]:
     """Train ``num_seeds`` seeds (from ``config.train.seed``) × ``learning_rates`` (default: the
     config's) in one vectorized program; return the rows of ``results.csv``.
@@ -56,8 +57,12 @@ def train_and_evaluate(
     with the chunk's mean training loss over runs. ``trainer`` (a :class:`Trainer` built for
     ``config``, e.g. a subclass that changes every run's model) replaces the default one: the
     trainer computes, this function keeps the run folder (checkpoints, logs, reports).
+    ``smoke`` (a run that only checks the code runs) says so in the report's and figures'
+    titles. A missing optional dependency is an ``ImportError`` before the folder is made.
     """
     workdir = Path(workdir)
+    if config.train.tensorboard:
+        storage.require_tensorboard()
     runs, record = _record(config, num_seeds, learning_rates)
     check_workdir(
         config, workdir, num_seeds=num_seeds, learning_rates=learning_rates, overwrite=overwrite
@@ -112,13 +117,13 @@ def train_and_evaluate(
     storage.write_csv(workdir / "results.csv", results)
     storage.write_json(workdir / "env.json", environment)
     metrics = storage.read_jsonl(workdir / "metrics.jsonl")
-    report.plot_curves(metrics, workdir / "curves.png", title=config.name)
+    report.plot_curves(metrics, workdir / "curves.png", title=config.name, smoke=smoke)
     if maps:
         title = f"{config.name}: run 0 (seed {runs.seeds[0]}, lr {runs.learning_rates[0]:g})"
-        report.plot_attention(maps, workdir / "attention.png", title=title)
+        report.plot_attention(maps, workdir / "attention.png", title=title, smoke=smoke)
         arrays = {f"layer_{i}": np.asarray(m[0]) for i, m in enumerate(maps)}
         np.savez(workdir / "attention.npz", **arrays)
-    (workdir / "report.md").write_text(report.run_report(config, results))
+    (workdir / "report.md").write_text(report.run_report(config, results, smoke=smoke))
     return results
 
 

@@ -72,15 +72,12 @@ class MetricsLog:
 class TensorBoardLog:
     """TensorBoard scalars of every run (seed, learning rate), each in its own folder
     ``<folder>/seed=<s>_lr=<lr>/``, tagged ``<split>/<metric>``: a view of ``metrics.jsonl``,
-    which stays the record. Needs tensorboardX (``pip install "attnjax[tensorboard]"``)."""
+    which stays the record. Needs tensorboardX (:func:`require_tensorboard`)."""
 
     def __init__(self, folder: Path, seeds: Sequence[int], learning_rates: Sequence[float]):
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError as error:
-            raise ImportError(
-                'train.tensorboard: needs tensorboardX; pip install "attnjax[tensorboard]"'
-            ) from error
+        require_tensorboard()
+        from tensorboardX import SummaryWriter
+
         self.writers = {
             (s, lr): SummaryWriter(str(folder / f"seed={s}_lr={lr:g}"))
             for s, lr in zip(seeds, learning_rates, strict=True)
@@ -94,6 +91,17 @@ class TensorBoardLog:
     def close(self) -> None:
         for writer in self.writers.values():
             writer.close()
+
+
+def require_tensorboard() -> None:
+    """An ``ImportError`` naming the install command (the README's) without tensorboardX."""
+    try:
+        import tensorboardX  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            "train.tensorboard (--tensorboard): needs tensorboardX, which is not installed; "
+            'install it with pip install -e ".[tensorboard]"'
+        ) from error
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -188,26 +188,16 @@ def sweep(
     overwrite: bool = False,
     workers: int = 2,
     progress: Callable[[str, int, int, float], None] | None = None,
+    smoke: bool = False,
 ) -> Outcome:
     """Train every point (``workers`` at a time); write ``results.csv`` and ``summary.png``;
     return the :class:`Outcome`. ``progress(point, step, total, loss)`` follows each point.
-    A point folder holding another run is a ``FileExistsError`` before anything trains."""
+    A point folder holding another run is a ``FileExistsError`` before anything trains
+    (:func:`check_points`). ``smoke`` (a run that only checks the code runs) says so in the
+    figures' titles."""
     out = Path(out)
     names = labels(experiment.points)
-    folders = tuple(
-        out / "points" / f"{i:02d}_{re.sub(r'[^A-Za-z0-9=.-]+', '_', name)}"
-        for i, name in enumerate(names)
-    )
-
-    points = experiment.points
-    configs = [
-        with_overrides(experiment.base, {**p, "name": names[i]}) for i, p in enumerate(points)
-    ]
-    for config, folder, point in zip(configs, folders, points, strict=True):  # before training
-        check_workdir(
-            config, folder, num_seeds=num_seeds, learning_rates=experiment.rates(point),
-            overwrite=overwrite,
-        )  # fmt: skip
+    folders, configs = check_points(experiment, out, num_seeds=num_seeds, overwrite=overwrite)
 
     def train_point(i: int, point: Mapping[str, Any]) -> list[dict[str, Any]]:
         name = names[i]
@@ -219,6 +209,7 @@ def sweep(
             fields={"point": name, **point},
             overwrite=overwrite,
             progress=functools.partial(progress, name) if progress else None,
+            smoke=smoke,
         )
 
     # Points compile and run in parallel threads: XLA compiles one program on one core.
@@ -241,9 +232,29 @@ def sweep(
         raise ValueError(f"verdict: expected one of {VERDICTS}, got {verdict!r}")
     if jax.process_index() == 0:
         storage.write_csv(out / "results.csv", _column_order(table))
-        plot_summary(summary, experiment, out / "summary.png")
+        plot_summary(summary, experiment, out / "summary.png", smoke=smoke)
     body = sweep_report(experiment, summary, verdict, reason, num_seeds)
     return Outcome(summary, experiment.claim_id, verdict, reason, body, folders)
+
+
+def check_points(
+    experiment: Experiment, out: str | Path, *, num_seeds: int = 5, overwrite: bool = False
+) -> tuple[tuple[Path, ...], list[ExperimentConfig]]:
+    """Each point's run folder and config; a ``FileExistsError`` if a point's folder holds
+    another run (``overwrite``: it is replaced), a ``ValueError`` for a bad point."""
+    names = labels(experiment.points)
+    folders = tuple(
+        Path(out) / "points" / f"{i:02d}_{re.sub(r'[^A-Za-z0-9=.-]+', '_', name)}"
+        for i, name in enumerate(names)
+    )
+    configs = [with_overrides(experiment.base, {**p, "name": n})
+               for p, n in zip(experiment.points, names, strict=True)]  # fmt: skip
+    for config, folder, point in zip(configs, folders, experiment.points, strict=True):
+        check_workdir(
+            config, folder, num_seeds=num_seeds, learning_rates=experiment.rates(point),
+            overwrite=overwrite,
+        )  # fmt: skip
+    return folders, configs
 
 
 def point_stats(rows: Sequence[Mapping[str, Any]], experiment: Experiment) -> Stats:
@@ -351,23 +362,11 @@ def sweep_tables(experiment: Experiment, summary: Summary) -> str:
     return f"{lr_note}\n\n{summary_table(summary, experiment)}{edge_note}{lr_table}"
 
 
-def plot_summary(summary: Summary, experiment: Experiment, path: Path) -> None:
+def plot_summary(summary: Summary, experiment: Experiment, path: Path, smoke: bool = False) -> None:
     """One bar per point: mean metric with its 95% interval and the seeds as dots."""
-    named = summary.labels()
-    names = list(named)
-    fig, ax = report.new_figure(figsize=(7, 0.35 * len(names) + 1.2))
-    means = [named[n].mean for n in names]
-    errors = [named[n].mean - named[n].lower for n in names]
-    ax.barh(range(len(names)), means, xerr=errors, color="#8fb3d9", capsize=3)
-    for i, n in enumerate(names):
-        ax.plot(named[n].values, [i] * len(named[n].values), "k.", ms=3)
-    if experiment.metric == "accuracy":
-        chance = experiment.base.task.spec.chance_accuracy
-        ax.axvline(chance, color="grey", ls="--", lw=1, label=f"chance {chance:.3g}")
-        ax.legend(fontsize=7, loc="lower right")
-    ax.set_yticks(range(len(names)), names, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"test {experiment.metric} (mean ± 95% interval; dots: seeds)")
-    ax.set_title(f"{experiment.name} ({experiment.claim_id})")
-    ax.grid(axis="x", alpha=0.3)
-    report.save_figure(fig, path)
+    accuracy = experiment.metric == "accuracy"
+    report.plot_summary(
+        summary.labels(), path, metric=experiment.metric,
+        title=f"{experiment.name} ({experiment.claim_id})",
+        chance=experiment.base.task.spec.chance_accuracy if accuracy else None, smoke=smoke,
+    )  # fmt: skip

@@ -43,13 +43,17 @@ def run_smoke(tmp_path, capsys):
 def smoke_verdicts(run_smoke, name: str, figures: list[str]) -> tuple[list[str], list[str]]:
     """Run ``attnjax sweep experiments/<name>.py --smoke``; check that it wrote a record (a
     ``results.csv`` with ``point`` and ``seed`` columns, ``env.json`` with the command, the
-    ``figures``) and return the claims judged by ``report.md``'s opening verdict lines and by
-    the printed ones."""
+    ``figures``) and return the claims named by ``report.md``'s opening verdict lines and by
+    the printed ones: a smoke run judges none (``not judged (smoke)``), though each claim's
+    rule ran (its verdict is in the report's body)."""
     printed, out = run_smoke(name)
-    lines = (out / "report.md").read_text().splitlines()
-    pattern = r"verdict (.+): (supported|refuted|inconclusive)"
+    report = (out / "report.md").read_text()
+    lines = report.splitlines()
+    pattern = r"verdict (.+): not judged \(smoke\)"
     judged = [m.group(1) for line in lines if (m := re.fullmatch(pattern, line))]
     assert lines[len(judged)] == ""  # the verdict lines open the report
+    for claim in judged:
+        assert re.search(rf"\*\*Verdict \({claim}\): (supported|refuted|inconclusive)\.", report)
     rows = read_csv(out / "results.csv")
     assert rows and {"point", "seed"} <= set(rows[0])
     assert json.loads((out / "env.json").read_text())["command"].startswith("attnjax sweep")
