@@ -38,6 +38,9 @@ def test_claims_writes_blocks_and_check_names_stale_ones(tmp_path, capsys):
     root = _project(tmp_path)
     assert claims.update(root, check=True)  # empty blocks are stale
     cli.main(["claims", "--root", str(root)])
+    printed = capsys.readouterr().out  # the verdicts, and what it rewrote
+    assert f"| E2 {claims.CLAIMS[1].title} | `xor_bits` | refuted |" in printed
+    assert "docs/claims.md: summary; docs/claims.md: results:xor_relation;" in printed
     assert claims.update(root, check=True) == []
     cli.main(["claims", "--root", str(root), "--check"])
     docs = (root / "docs" / "claims.md").read_text()
