@@ -6,8 +6,10 @@ stay on the canvas; legends sit outside the axes. A smoke run's report and figur
 their titles (``smoke=True``).
 """
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,20 @@ METRIC_RANGES = {"accuracy": (0.0, 1.0)}
 SMOKE_NOTE = (
     "**Smoke run**: a few steps to check that everything runs; its numbers are not results.\n\n"
 )
+
+
+_SMOKE = contextvars.ContextVar("smoke_figures", default=False)
+
+
+@contextlib.contextmanager
+def smoke_figures(smoke: bool = True) -> Iterator[None]:
+    """Within it, every figure :func:`save_figure` writes (in this thread) is marked as a smoke
+    run's: for code that draws its own figures, such as an experiment's ``analyze``."""
+    token = _SMOKE.set(smoke)
+    try:
+        yield
+    finally:
+        _SMOKE.reset(token)
 
 
 def smoke_title(title: str | None, smoke: bool) -> str | None:
@@ -186,8 +202,9 @@ def new_figure(
 
 def save_figure(fig: Figure, path: Path, title: str | None = None, smoke: bool = False) -> None:
     """Write ``fig`` to ``path`` as a PNG under ``title`` (wrapped to the figure's width;
-    ``smoke``: marked as a smoke run's), laid out so that no text leaves the canvas."""
-    title = smoke_title(title, smoke)
+    ``smoke``, or within :func:`smoke_figures`: marked as a smoke run's), laid out so that no
+    text leaves the canvas."""
+    title = smoke_title(title, smoke or _SMOKE.get())
     if title:
         fig.suptitle(title, wrap=True)
     if fig.get_layout_engine() is None:

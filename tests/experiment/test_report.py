@@ -123,3 +123,16 @@ def test_smoke_runs_say_smoke_in_every_title(tmp_path):
     smoke_report = report.run_report(config, results, smoke=True)
     assert smoke_report.startswith("# xor_relation (smoke)\n") and "Smoke run" in smoke_report
     assert report.smoke_title(None, True) == "smoke run"
+
+
+def test_figures_drawn_within_smoke_figures_are_marked(tmp_path):
+    """An experiment's own figures (``analyze``) are marked when the caller says smoke."""
+    for smoke, title in ((True, "smoke run"), (False, "")):
+        fig, ax = report.new_figure(figsize=(3, 2))
+        ax.plot([0, 1])
+        with report.smoke_figures(smoke):
+            report.save_figure(fig, tmp_path / "analysis.png")
+        assert fig.get_suptitle() == title
+    fig, _ = report.new_figure(figsize=(3, 2))
+    report.save_figure(fig, tmp_path / "after.png", "after")
+    assert fig.get_suptitle() == "after"
