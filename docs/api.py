@@ -2,7 +2,7 @@
 first paragraph of their docstrings.
 
     python docs/api.py          # rewrite docs/api.md
-    python docs/api.py --check  # exit 1 if docs/api.md is out of date (tests run this)
+    python docs/api.py --check  # exit 1 if docs/api.md is out of date (as tests/test_docs.py)
 """
 
 import importlib
