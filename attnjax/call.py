@@ -26,6 +26,7 @@ from attnjax.masks import (
     combine,
     mod_indices,
 )
+from attnjax.masks.checks import check_closure, check_signature, run_mod, same_mod, same_value
 from attnjax.scores import SCORES
 from attnjax.tiling import BlockSizes
 
@@ -79,13 +80,14 @@ class AttentionCall:
         return self.score_mod is not None or self.mask_mod is not None
 
     def logits(
-        self, q, k, q_idx, k_idx, score_params, bias, temperature, mod_params
+        self, q, k, q_idx, k_idx, score_params, bias, temperature, mod_params, extent=None
     ) -> Float[Array, "B N Tb Sb"]:
         """``score_mod((score(q, k) + bias) / temperature, b, h, q_idx, kv_idx)`` in float32.
 
         ``q [B, N, Tb, H]`` and ``k [B, N, Sb, H]`` hold positions ``q_idx`` and ``k_idx``;
         the other arrays are already the block's (they are arguments so they can be
-        differentiated).
+        differentiated). ``extent = (T, S)`` clamps the positions the mod sees (tiles past
+        the sequences' ends: :func:`attnjax.masks.mod_indices`).
         """
         logits = self.score(q.astype(jnp.float32), k.astype(jnp.float32), score_params)
         logits = logits.astype(jnp.float32)
@@ -95,8 +97,8 @@ class AttentionCall:
             logits = logits / temperature
         if self.score_mod is None:
             return logits
-        idx = mod_indices(*q.shape[:2], q_idx, k_idx, self.mask_spec.offset)
-        modded = self.score_mod(logits, *idx, mod_params)
+        idx = mod_indices(*q.shape[:2], q_idx, k_idx, self.mask_spec.offset, extent)
+        modded = run_mod("score_mod", self.score_mod, (logits, *idx), mod_params)
         if jnp.shape(modded) != logits.shape:
             raise ValueError(
                 f"score_mod: must return logits of the shape it was given, {logits.shape}; "
@@ -104,13 +106,15 @@ class AttentionCall:
             )
         return jnp.asarray(modded, jnp.float32)
 
-    def element_mask(self, shape, q_idx, k_idx, mask_tile, mod_params) -> Bool[Array, "..."] | None:
+    def element_mask(
+        self, shape, q_idx, k_idx, mask_tile, mod_params, extent=None
+    ) -> Bool[Array, "..."] | None:
         """The block's mask: the structured rules ∧ the dense ``mask_tile`` ∧ ``mask_mod``;
-        ``shape`` is ``(B, N)``."""
+        ``shape`` is ``(B, N)``; ``extent`` as in :meth:`logits`."""
         mod = None
         if self.mask_mod is not None:
-            idx = mod_indices(*shape, q_idx, k_idx, self.mask_spec.offset)
-            mod = jnp.asarray(self.mask_mod(*idx, mod_params))
+            idx = mod_indices(*shape, q_idx, k_idx, self.mask_spec.offset, extent)
+            mod = jnp.asarray(run_mod("mask_mod", self.mask_mod, idx, mod_params))
             if mod.dtype != bool:
                 raise TypeError(
                     f"mask_mod: must return booleans (True = may attend), got {mod.dtype}"
@@ -205,6 +209,8 @@ def prepare(
     fn, params, hidden = _resolve_score(score, score_params, scale, num_heads, head_dim)
     mask_spec = _mask_spec(mask_args, batch, num_queries, num_keys)
     mask_mod, block_mask = _check_mods(score_mod, mask_mod, block_mask, block_sizes, logits_shape)
+    if block_mask is not None:
+        score_mod, mask_mod, mod_params = _tie(block_mask, score_mod, mod_params)
     call = AttentionCall(
         score=fn,
         score_params=params,
@@ -264,14 +270,18 @@ def _check_mods(score_mod, mask_mod, block_mask, block_sizes, logits_shape):
     for name, mod in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if mod is not None and not callable(mod):
             raise TypeError(f"{name}: expected a callable or None, got {mod!r}")
+        if mod is not None:
+            check_signature(name, mod)
+            check_closure(name, mod)
     if block_mask is None:
         return mask_mod, None
     if not isinstance(block_mask, BlockMask):
         raise TypeError(f"block_mask: expected attnjax.masks.BlockMask or None, got {block_mask!r}")
-    if mask_mod is not None and mask_mod is not block_mask.mask_mod:
+    if mask_mod is not None and not same_mod(mask_mod, block_mask.mask_mod):
         raise ValueError(
-            "mask_mod: differs from the one block_mask was built from; pass block_mask alone "
-            "(its mask_mod is used) or build it from this mask_mod"
+            "mask_mod: differs from the one block_mask was built from (mods are compared by "
+            "code and closed-over values); pass block_mask alone (its mask_mod is used) or "
+            "build it from this mask_mod"
         )
     batch, heads, num_queries, num_keys = logits_shape
     kinds = block_mask.kinds.shape
@@ -297,6 +307,42 @@ def _check_mods(score_mod, mask_mod, block_mask, block_sizes, logits_shape):
     return block_mask.mask_mod, block_mask
 
 
+def _tie(block_mask: BlockMask, score_mod, mod_params) -> tuple[Any, Any, Any]:
+    """``(score_mod, mask_mod, mod_params)`` of a call with a block mask: the mask mod reads
+    the data the block mask was built from, so its tiles and elements always agree.
+
+    ``mod_params`` given with a block mask must hold that data (the same leaves under the same
+    keys): a concrete mismatch (a stale block mask) is an error; traced arrays that are not
+    the same objects cannot be compared, and then the mask mod reads the block mask's own."""
+    data = block_mask.mod_params
+    if data is None or mod_params is None or mod_params is data:
+        return score_mod, block_mask.mask_mod, data if mod_params is None else mod_params
+    given = (
+        {k: mod_params.get(k) for k in data}
+        if isinstance(data, dict) and isinstance(mod_params, dict)
+        else mod_params
+    )
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((data, given)))
+    if same_value(data, given):
+        return score_mod, block_mask.mask_mod, mod_params
+    if not traced:
+        raise ValueError(
+            "block_mask: built from other mod_params than this call's (a stale block mask: "
+            "e.g. other document ids); rebuild it with attnjax.masks.block_mask from these "
+            "mod_params, or pass mod_params only through the block mask"
+        )
+    mask_mod = block_mask.mask_mod
+
+    def tied_mask(b, h, q_idx, kv_idx, params):
+        return mask_mod(b, h, q_idx, kv_idx, params["block_mask"])
+
+    def tied_score(logits, b, h, q_idx, kv_idx, params):
+        return score_mod(logits, b, h, q_idx, kv_idx, params["call"])
+
+    tied_score = None if score_mod is None else tied_score
+    return tied_score, tied_mask, {"call": mod_params, "block_mask": data}
+
+
 def _check_qkv(query: Array, key: Array, value: Array) -> None:
     shapes = f"query {query.shape}, key {key.shape}, value {value.shape}"
     if query.ndim not in (3, 4) or key.ndim != query.ndim or value.ndim != query.ndim:
@@ -304,6 +350,12 @@ def _check_qkv(query: Array, key: Array, value: Array) -> None:
             f"query, key, value: expected ranks 4 ([B, T, N, H], [B, S, K, H], [B, S, K, Hv]) "
             f"or 3 (unbatched), all equal; got {shapes}"
         )
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(
+                f"{name}: expected a floating-point array, got {x.dtype} (jax.nn would return "
+                f"a truncated integer output); cast it, e.g. {name}.astype(jnp.float32)"
+            )
     if key.shape[:-1] != value.shape[:-1]:
         raise ValueError(f"key, value: batch, length and head dims must match; got {shapes}")
     if query.shape[:-3] != key.shape[:-3]:

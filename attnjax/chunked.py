@@ -150,10 +150,12 @@ class _Schedule:
         )
 
 
-def _logits(call, q, k, q_idx, k_idx, params, bias, temperature, mod_params):
-    """A tile's logits ``[B, N, bq, bk]``, the key heads repeated for grouped attention."""
+def _logits(config, call, q, k, q_idx, k_idx, params, bias, temperature, mod_params):
+    """A tile's logits ``[B, N, bq, bk]``, the key heads repeated for grouped attention; mods
+    see the positions clamped to the sequences (never the padding)."""
     k = jnp.repeat(k, q.shape[1] // k.shape[1], axis=1)
-    return call.logits(q, k, q_idx, k_idx, params, bias, temperature, mod_params)
+    extent = (config.num_queries, config.num_keys)
+    return call.logits(q, k, q_idx, k_idx, params, bias, temperature, mod_params, extent)
 
 
 def _tile_mask(config, call, batch_heads, full, q_start, k_start):
@@ -167,7 +169,8 @@ def _tile_mask(config, call, batch_heads, full, q_start, k_start):
     if config.rules:
 
         def rules():
-            return call.element_mask(batch_heads, q_idx, k_idx, None, call.mod_params)
+            extent = (config.num_queries, config.num_keys)
+            return call.element_mask(batch_heads, q_idx, k_idx, None, call.mod_params, extent)
 
         shape = jax.eval_shape(rules).shape
         ruled = jax.lax.cond(full, lambda: jnp.ones(shape, bool), rules)
@@ -210,6 +213,7 @@ def _forward(config, q, k, v, diff, rest, schedule):
             k_blk = jax.lax.dynamic_slice_in_dim(k, k_start, bk, axis=2)
             v_blk = jax.lax.dynamic_slice_in_dim(v, k_start, bk, axis=2).astype(jnp.float32)
             s = _logits(
+                config,
                 call,
                 q_blk,
                 k_blk,
@@ -260,7 +264,9 @@ def _attention_bwd(config, residuals, cotangents):
 
     def tile_logits(q_blk, k_blk, params, bias, temperature, floats, *, q_idx, k_idx):
         mod_params = merge_floats(floats, mod_data)
-        return _logits(call, q_blk, k_blk, q_idx, k_idx, params, bias, temperature, mod_params)
+        return _logits(
+            config, call, q_blk, k_blk, q_idx, k_idx, params, bias, temperature, mod_params
+        )
 
     def key_block(carry, j):
         k_start = j * bk

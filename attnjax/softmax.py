@@ -1,5 +1,13 @@
-"""A masked softmax in float32 that never produces NaN, with its log-sum-exp, and its online
-(tile by tile) form used by the tiled implementations."""
+"""A masked softmax in float32, with its log-sum-exp, and its online (tile by tile) form used
+by the tiled implementations.
+
+Non-finite logits behave as in ``jax.nn.softmax``: a NaN or ``+inf`` among a row's visible
+logits makes the row NaN (its log-sum-exp too). A row with no visible key, or whose visible
+logits are all ``-inf`` (a ``score_mod`` that masks by ``-inf``), gets weights 0, output 0
+and log-sum-exp ``-inf``, never NaN: ``jax.nn`` gives NaN (``-inf`` row) or the mean of the
+values (masked row) there. A row is empty exactly when its sum of exponentials is 0, so NaN
+(which compares false to everything) is never mistaken for an empty row.
+"""
 
 from collections.abc import Callable
 
@@ -17,22 +25,24 @@ def masked_softmax_with_lse(
 ) -> tuple[Float[Array, "... S"], Float[Array, "..."]]:
     """Softmax over the last axis, in float32, and its log-sum-exp.
 
-    Masked entries (``mask`` False) get weight 0. A row with no valid entry gets weights 0,
-    zero gradients, and log-sum-exp ``-inf``. Finite logits of any size never give NaN or inf
-    weights: the row maximum is subtracted before exponentiating.
+    Masked entries (``mask`` False) get weight 0. A row with no valid entry, or whose valid
+    logits are all ``-inf``, gets weights 0, zero gradients, and log-sum-exp ``-inf``. Finite
+    logits of any size never give NaN or inf weights: the row maximum is subtracted before
+    exponentiating. NaN and ``+inf`` among the valid logits give a NaN row, as in ``jax.nn``.
     """
     x = jnp.asarray(logits, jnp.float32)
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask, bool), x.shape)
         x = jnp.where(mask, x, MASK_VALUE)
     row_max = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
+    row_max = jnp.where(row_max == -jnp.inf, 0.0, row_max)  # an all -inf row: exp gives 0
     e = jnp.exp(x - row_max)
     if mask is not None:
         e = jnp.where(mask, e, 0.0)
     total = jnp.sum(e, axis=-1, keepdims=True)
-    nonempty = total > 0
-    safe_total = jnp.where(nonempty, total, 1.0)
-    lse = jnp.where(nonempty, row_max + jnp.log(safe_total), -jnp.inf)[..., 0]
+    empty = total == 0
+    safe_total = jnp.where(empty, 1.0, total)
+    lse = jnp.where(empty, -jnp.inf, row_max + jnp.log(safe_total))[..., 0]
     return e / safe_total, lse
 
 
@@ -71,12 +81,13 @@ def online_step(carry, logits: Array, mask: Array | None, weighted_sum: Callable
 
 
 def online_finish(carry) -> tuple[Array, Array]:
-    """``(output [..., Hv], lse [...])``; a row that saw no valid key gives 0 and ``-inf``."""
+    """``(output [..., Hv], lse [...])``; a row that saw no valid key (or only ``-inf``
+    logits) gives 0 and ``-inf``; a NaN row stays NaN."""
     m, total, acc = carry
-    nonempty = total > 0
-    safe_total = jnp.where(nonempty, total, 1.0)
-    out = jnp.where(nonempty[..., None], acc / safe_total[..., None], 0.0)
-    return out, jnp.where(nonempty, m + jnp.log(safe_total), -jnp.inf)
+    empty = total == 0
+    safe_total = jnp.where(empty, 1.0, total)
+    out = jnp.where(empty[..., None], 0.0, acc / safe_total[..., None])
+    return out, jnp.where(empty, -jnp.inf, m + jnp.log(safe_total))
 
 
 def recomputed_probs(logits: Array, lse: Array, mask: Array | None) -> Array:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Int
 
+from attnjax.masks.checks import check_closure, check_signature, run_mod
 from attnjax.masks.rules import EMPTY, FULL, PARTIAL, TileKinds, mod_indices
 from attnjax.tiling import BlockSizes
 
@@ -28,13 +29,15 @@ _CLASSIFY_ENTRIES = 1 << 22
 
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=["kinds", "offset"],
+    data_fields=["kinds", "offset", "mod_params"],
     meta_fields=["block_sizes", "num_queries", "num_keys", "mask_mod"],
 )
 @dataclasses.dataclass(frozen=True)
 class BlockMask:
     """Tile kinds ``[#B, #N, Tq, Sk]`` (EMPTY/PARTIAL/FULL) of ``mask_mod`` for ``T x S``
-    tiled by ``block_sizes``, with queries at positions ``t + offset`` (a pytree)."""
+    tiled by ``block_sizes``, with queries at positions ``t + offset`` (a pytree). It carries
+    the ``mod_params`` it was built from: ``attention`` evaluates ``mask_mod`` on them, so
+    the tiles and the elements never disagree."""
 
     # A pytree: JAX rebuilds it with placeholder leaves, so runtime type checkers skip __init__.
     __no_type_check__ = True
@@ -45,6 +48,7 @@ class BlockMask:
     num_keys: int
     mask_mod: MaskMod | None = None
     offset: Int[ArrayLike, ""] = 0
+    mod_params: Any = None
 
     def density(self) -> float:
         """The fraction of tiles that are visited (not empty)."""
@@ -101,6 +105,9 @@ def block_mask(
         raise TypeError(
             f"mask_mod: expected a callable (b, h, q_idx, kv_idx, params), got {mask_mod!r}"
         )
+    check_signature("mask_mod", mask_mod)
+    check_closure("mask_mod", mask_mod)
+    mod_params = jax.tree.map(jnp.asarray, mod_params)
     for name, size in (("num_queries", num_queries), ("num_keys", num_keys)):
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"{name}: expected an int >= 1, got {size!r}")
@@ -111,7 +118,8 @@ def block_mask(
 
     def classify(tile: Int[ArrayLike, ""]) -> Int[ArrayLike, "B N"]:
         q_idx, k_idx = (tile // nk) * bq + jnp.arange(bq), (tile % nk) * bk + jnp.arange(bk)
-        allowed = jnp.asarray(mask_mod(*mod_indices(b, h, q_idx, k_idx, causal_offset), mod_params))
+        idx = mod_indices(b, h, q_idx, k_idx, causal_offset, (num_queries, num_keys))
+        allowed = jnp.asarray(run_mod("mask_mod", mask_mod, idx, mod_params))
         if allowed.dtype != bool:
             raise TypeError(
                 f"mask_mod: must return booleans (True = may attend), got {allowed.dtype}"
@@ -125,4 +133,4 @@ def block_mask(
     per_batch = max(1, _CLASSIFY_ENTRIES // (b * h * bq * bk))
     kinds = jax.lax.map(classify, jnp.arange(nq * nk), batch_size=min(per_batch, nq * nk))
     kinds = jnp.transpose(kinds.reshape(nq, nk, b, h), (2, 3, 0, 1))
-    return BlockMask(kinds, blocks, num_queries, num_keys, mask_mod, causal_offset)
+    return BlockMask(kinds, blocks, num_queries, num_keys, mask_mod, causal_offset, mod_params)

@@ -194,13 +194,26 @@ def _block_range(ids: Int[Array, "B L"], block: int) -> tuple[Array, Array]:
 
 
 def mod_indices(
-    batch: int, heads: int, q_idx: Int[ArrayLike, " Tb"], k_idx: Int[ArrayLike, " Sb"], offset
+    batch: int,
+    heads: int,
+    q_idx: Int[ArrayLike, " Tb"],
+    k_idx: Int[ArrayLike, " Sb"],
+    offset,
+    extent: tuple[int, int] | None = None,
 ) -> tuple[Array, Array, Array, Array]:
     """``(b, h, q_idx, kv_idx)``, int32 and broadcastable to ``[B, N, Tb, Sb]``, as mods see
-    them: absolute positions, the queries' shifted by ``offset`` into key coordinates."""
+    them: absolute positions, the queries' shifted by ``offset`` into key coordinates.
+
+    ``extent = (T, S)``: positions of a padded tile are clamped to ``T - 1`` and ``S - 1``
+    first, so a mod never sees the padding beyond the sequences (its value there is the last
+    real position's, finite wherever the mod is finite on real positions).
+    """
+    q_idx, k_idx = jnp.asarray(q_idx, jnp.int32), jnp.asarray(k_idx, jnp.int32)
+    if extent is not None:
+        q_idx, k_idx = jnp.minimum(q_idx, extent[0] - 1), jnp.minimum(k_idx, extent[1] - 1)
     return (
         jnp.arange(batch, dtype=jnp.int32)[:, None, None, None],
         jnp.arange(heads, dtype=jnp.int32)[None, :, None, None],
-        (jnp.asarray(q_idx, jnp.int32) + jnp.asarray(offset, jnp.int32))[None, None, :, None],
-        jnp.asarray(k_idx, jnp.int32)[None, None, None, :],
+        (q_idx + jnp.asarray(offset, jnp.int32))[None, None, :, None],
+        k_idx[None, None, None, :],
     )

@@ -19,6 +19,7 @@ from jaxtyping import Array, Float
 
 from attnjax.call import AttentionCall
 from attnjax.masks import MaskSpec
+from attnjax.masks.checks import check_closure
 from attnjax.pallas.flash import Additive, Config, Dot, Extras, flash
 from attnjax.pallas.mods import lowering_error, padded_leaves, schedules, with_mod_gradients
 from attnjax.scores import _unit
@@ -97,6 +98,7 @@ def pallas_attention(
         score_mod=call.score_mod,
         mask_mod=call.mask_mod,
         mod_treedef=treedef,
+        extent=(num_queries, num_keys),
         sparse=sparse,
     )
     out, lse = flash(config, q, k, v, w, info, extras)
@@ -120,6 +122,12 @@ def unsupported(call: AttentionCall) -> str | None:
         )
     if call.bias is not None:
         return "bias: implementation='pallas' takes no bias; use implementation='chunked'"
+    for name in ("score_mod", "mask_mod"):
+        try:
+            if getattr(call, name) is not None:
+                check_closure(name, getattr(call, name), arrays=True)
+        except ValueError as error:
+            return f"{error} (implementation='pallas' cannot capture arrays)"
     t = as_4d(call.temperature)
     additive = call.score_hidden is not None
     if t is not None and (t.shape[3] != 1 or (additive and t.shape[2] != 1)):

@@ -30,6 +30,7 @@ from jax.experimental.pallas import triton as pl_triton
 from jaxtyping import Array, Float, Int
 
 from attnjax.masks import MaskSpec
+from attnjax.masks.checks import run_mod
 from attnjax.softmax import online_finish, online_init, online_step, recomputed_probs
 from attnjax.tiling import (
     BlockSizes,
@@ -117,6 +118,7 @@ class Config:
     score_mod: Callable | None = None
     mask_mod: Callable | None = None
     mod_treedef: Any = None  # of the mod parameters' leaves (inputs after the schedule)
+    extent: tuple[int, int] = (1, 1)  # (T, S) unpadded: the positions mods see are clamped
     sparse: bool = False  # follow the tile schedule (block mask) instead of ranges
 
 
@@ -133,10 +135,11 @@ class _Refs(NamedTuple):
 
 
 def _mod_args(config, refs, info, q_idx, k_idx):
-    """``(b, h, q_idx, kv_idx, params)`` as mods see them in a tile ``[bq, bk]``."""
-    params = jax.tree.unflatten(config.mod_treedef, refs.mods)
-    q_pos = (q_idx + info[0])[:, None]
-    return *refs.batch_head, q_pos, k_idx[None, :], params
+    """``(b, h, q_idx, kv_idx, params)`` as mods see them in a tile ``[bq, bk]``: positions
+    past the sequences (padding) clamped to their last ones."""
+    params = kernel_params(config.mod_treedef, refs.mods)
+    q_pos = (jnp.minimum(q_idx, config.extent[0] - 1) + info[0])[:, None]
+    return *refs.batch_head, q_pos, jnp.minimum(k_idx, config.extent[1] - 1)[None, :], params
 
 
 def _tile_logits(config, refs, info, q, k, w, q_idx, k_idx):
@@ -145,11 +148,26 @@ def _tile_logits(config, refs, info, q, k, w, q_idx, k_idx):
     s = config.tile_score.logits(q, k, w)
     if config.score_mod is None:
         return s, None
-    args = _mod_args(config, refs, info, q_idx, k_idx)
-    modded, slope = jax.jvp(
-        lambda x: config.score_mod(x, *args).astype(jnp.float32), (s,), (jnp.ones_like(s),)
-    )
-    return modded, slope
+    *args, params = _mod_args(config, refs, info, q_idx, k_idx)
+
+    def score_mod(x):
+        modded = run_mod("score_mod", config.score_mod, (x, *args), params, KERNEL_HINT)
+        return modded.astype(jnp.float32)
+
+    return jax.jvp(score_mod, (s,), (jnp.ones_like(s),))
+
+
+def kernel_params(treedef, refs: list) -> Any:
+    """The mod parameters as a kernel's mods see them: 0-d leaves loaded as scalars (they
+    behave as arrays), the others refs, indexed where read (``params[name][h]``)."""
+    return jax.tree.unflatten(treedef, [r[...] if r.ndim == 0 else r for r in refs])
+
+
+KERNEL_HINT = (
+    ". Inside the Pallas kernels a mod_params leaf with dimensions is a ref: index it "
+    "(params[name][h], params[name][b, idx]) instead of passing it whole to a jnp function "
+    "such as jnp.take; 0-d leaves are scalars. Or use implementation='chunked'"
+)
 
 
 def _info(info_ref):
@@ -173,7 +191,8 @@ def _mask(config, refs, masked, info, q_idx, k_idx, q_seg, k_seg):
     if config.segments:
         mask = mask & (q_seg[:, None] == k_seg[None, :])
     if config.mask_mod is not None:
-        allowed = config.mask_mod(*_mod_args(config, refs, info, q_idx, k_idx))
+        *args, params = _mod_args(config, refs, info, q_idx, k_idx)
+        allowed = run_mod("mask_mod", config.mask_mod, tuple(args), params, KERNEL_HINT)
         mask = mask & jnp.broadcast_to(allowed, shape)
     return mask
 

@@ -23,6 +23,7 @@ from jaxtyping import Array, Int
 from attnjax.call import AttentionCall, merge_floats, split_floats
 from attnjax.chunked import chunked_attention
 from attnjax.masks import EMPTY, FULL, PARTIAL, TileKinds
+from attnjax.pallas.flash import kernel_params
 from attnjax.tiling import pad_axis
 
 
@@ -120,7 +121,7 @@ def _lowering_error(name, mod, treedef, shapes) -> str | None:
 
     def kernel(*refs):
         *param_refs, out_ref = refs
-        params = jax.tree.unflatten(treedef, param_refs)
+        params = kernel_params(treedef, param_refs)
         idx = jnp.arange(tile, dtype=jnp.int32)
         args = (pl.program_id(0), pl.program_id(1), idx[:, None], idx[None, :], params)
         logits = jnp.ones((tile, tile), jnp.float32)
