@@ -94,6 +94,7 @@ def same_mod(a: Any, b: Any) -> bool:
     code whose defaults and closed-over values are equal (arrays by value)."""
     if a is b:
         return True
+    a, b = inspect.unwrap(a), inspect.unwrap(b)  # decorators (runtime type checkers) aside
     if isinstance(a, functools.partial) and isinstance(b, functools.partial):
         return same_value((a.func, a.args, a.keywords), (b.func, b.args, b.keywords))
     if not (inspect.isfunction(a) and inspect.isfunction(b)):
