@@ -1,12 +1,14 @@
 """Non-attention baselines for the same tasks: a stacked GRU/LSTM and a causal 1-D CNN."""
 
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
 from attnjax.nn.config import ModelConfig, register
-from attnjax.nn.models import Batch, InputEmbedding, readout
+from attnjax.nn.models import Batch, InputEmbedding, check_batch, readout
 
 CELLS = {"gru": nnx.GRUCell, "lstm": nnx.OptimizedLSTMCell}
 
@@ -19,7 +21,10 @@ def _orthogonal(key: Array, shape: tuple[int, ...], dtype) -> Array:
 @register("rnn")
 class Rnn(nnx.Module):
     """Embedding, ``layers`` stacked recurrent layers (``cell`` gru or lstm, flax.nnx cells),
-    linear readout. Causal by construction."""
+    linear readout. Causal by construction. A batch holds ``inputs`` (and a task's ``targets``
+    and ``loss_mask``): packed or padded rows (``segment_ids``, ``lengths``) are refused."""
+
+    batch_keys: ClassVar[tuple[str, ...]] = ("inputs",)
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         cell = CELLS[config.cell]
@@ -37,6 +42,7 @@ class Rnn(nnx.Module):
         self.readout = readout(config, rngs)
 
     def __call__(self, batch: Batch) -> Float[Array, "B T C"]:
+        check_batch(self, batch)
         x = self.embed(batch["inputs"])
         for layer in self.layers:
             x = layer(x, initial_carry=_zero_carry(layer.cell, x))
@@ -54,7 +60,9 @@ def _zero_carry(cell: nnx.RNNCellBase, x: Float[Array, "B T D"]) -> Array | tupl
 class CausalCnn(nnx.Module):
     """Embedding, ``layers`` residual causal convolutions ``x + gelu(conv(x))`` (kernel
     ``kernel_size``, dilation ``2^l`` in layer ``l``: receptive field
-    ``1 + (kernel_size - 1)(2^layers - 1)``), linear readout."""
+    ``1 + (kernel_size - 1)(2^layers - 1)``), linear readout. Batches as :class:`Rnn`'s."""
+
+    batch_keys: ClassVar[tuple[str, ...]] = ("inputs",)
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         w = config.width
@@ -77,6 +85,7 @@ class CausalCnn(nnx.Module):
         self.readout = readout(config, rngs)
 
     def __call__(self, batch: Batch) -> Float[Array, "B T C"]:
+        check_batch(self, batch)
         x = self.embed(batch["inputs"])
         for conv in self.convs:
             x = x + jax.nn.gelu(conv(x))

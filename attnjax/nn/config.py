@@ -41,6 +41,9 @@ class ModelConfig:
     dtype, param_dtype``. ``transformer`` also reads the attention fields (``heads`` ...
     ``sequence_strategy``), ``mlp``/``mlp_ratio``/``norms`` and ``causal``; ``rnn`` reads ``cell``;
     ``cnn`` reads ``kernel_size`` (dilation doubles per layer). Other fields are ignored.
+    ``task`` and ``next_token`` record the task the model is for (an experiment config derives
+    them from the task's declaration); the transformer keeps them, and
+    :func:`attnjax.nn.generate` refuses a model whose task is not next-token prediction.
     """
 
     kind: str = "transformer"
@@ -80,6 +83,8 @@ class ModelConfig:
     vocab_size: int | None = None
     in_features: int | None = None
     num_classes: int = 2
+    task: str | None = None  # the registered task the model is for
+    next_token: bool | None = None  # is that task next-token prediction? (None: unknown)
     # baselines
     cell: str = "gru"  # rnn: gru | lstm
     kernel_size: int = 3  # cnn

@@ -8,6 +8,7 @@ from flax import nnx
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from attnjax.nn.attention import MultiHeadAttention
+from attnjax.nn.models import check_tokens
 from attnjax.nn.positional import Learned
 
 
@@ -29,6 +30,12 @@ def generate(
     path), then one token per step, all in one ``jax.jit`` (one compile per shape and
     setting). Tokens are drawn from ``softmax(logits / temperature)``, restricted to the
     ``top_k`` most likely when given; ``temperature=0`` is greedy (argmax).
+
+    Each prediction is fed back as the next input, so the model must be a next-token model:
+    one whose config records a task that is not next-token prediction
+    (``ModelConfig(task=..., next_token=False)``) is refused with the task's name, and so is
+    one whose classes are not its vocabulary (``num_classes != vocab_size``, as for the copy
+    task, whatever it records). Prompt ids must lie in ``[0, vocab_size)``.
     """
     prompt = jnp.asarray(prompt, jnp.int32)
     if prompt.ndim != 2 or prompt.shape[1] < 1:
@@ -42,6 +49,10 @@ def generate(
         raise ValueError("model: has no attnjax.nn.MultiHeadAttention to cache")
     if getattr(model, "causal", True) is False:
         raise ValueError("model: is not causal; autoregressive decoding needs a causal model")
+    _check_next_token(model)
+    vocab_size = getattr(model, "vocab_size", None)
+    if vocab_size is not None:
+        check_tokens(prompt, vocab_size, "prompt")
     total = prompt.shape[1] + max_new_tokens
     for _, table in nnx.iter_modules(model):
         if isinstance(table, Learned) and total > table.max_len:
@@ -53,6 +64,26 @@ def generate(
     greedy = temperature == 0
     return _generate(graphdef, state, prompt, key, jnp.float32(temperature or 1.0),
                      max_new_tokens, greedy, top_k)  # fmt: skip
+
+
+def _check_next_token(model: nnx.Module) -> None:
+    """``ValueError`` unless ``model``'s predictions can be its next inputs: its recorded task
+    is not declared other than next-token, and its classes are its vocabulary."""
+    task = getattr(model, "task", None)
+    named = f"task {task!r}" if task else "a task not recorded"
+    if getattr(model, "next_token", None) is False:
+        raise ValueError(
+            f"model: built for {named}, which is not next-token prediction; generate feeds "
+            "each prediction back as the next input"
+        )
+    classes, vocab = getattr(model, "num_classes", None), getattr(model, "vocab_size", None)
+    if classes is not None and classes != vocab:
+        reads = f"vocab_size={vocab} tokens" if vocab is not None else "float features"
+        raise ValueError(
+            f"model: predicts num_classes={classes} classes but reads {reads} (built for "
+            f"{named}), so its predictions are not next tokens; generate needs num_classes == "
+            "vocab_size"
+        )
 
 
 @functools.partial(jax.jit, static_argnums=(0, 5, 6, 7))

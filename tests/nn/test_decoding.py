@@ -105,3 +105,21 @@ def test_decoding_errors():
     with pytest.raises((ValueError, jaxtyping.TypeCheckError), match="prompt"):
         nn.generate(nn.build(CONFIG, nnx.Rngs(0)), jnp.ones((3,), jnp.int32), 2,
                     key=jax.random.key(0))  # fmt: skip
+
+
+def test_generate_refuses_models_whose_predictions_are_not_next_tokens():
+    copy_like = dataclasses.replace(CONFIG, vocab_size=10, num_classes=8)  # the copy task's sizes
+    prompt = PROMPT % 10
+    with pytest.raises(
+        ValueError, match=r"num_classes=8 classes but reads vocab_size=10 tokens \(built for a task"
+    ):
+        nn.generate(nn.build(copy_like, nnx.Rngs(0)), prompt, 2, key=jax.random.key(0))
+    for config, task in [
+        (dataclasses.replace(copy_like, task="copy", next_token=False), "copy"),
+        (dataclasses.replace(CONFIG, task="mqar", next_token=False), "mqar"),  # classes = vocab
+    ]:
+        with pytest.raises(ValueError, match=f"built for task '{task}', which is not next-token"):
+            nn.generate(nn.build(config, nnx.Rngs(0)), prompt, 2, key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"prompt: token ids must be in \[0, vocab_size=13\)"):
+        nn.generate(nn.build(CONFIG, nnx.Rngs(0)), PROMPT.at[0, 0].set(13), 2,
+                    key=jax.random.key(0))  # fmt: skip

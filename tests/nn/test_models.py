@@ -1,4 +1,5 @@
 import dataclasses
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -170,6 +171,58 @@ def test_inputs_must_match_the_embedding():
     model = ann.build(BASE, nnx.Rngs(0))
     with pytest.raises(ValueError, match="inputs: embedding='tokens' expects int"):
         model({"inputs": FEATURES})
+
+
+def _call_as_a_user(model, batch):
+    """``model(batch)`` past the suite's jaxtyping hook, which refuses a batch that is not a
+    mapping before the model sees it: what a user without the hook gets."""
+    return inspect.unwrap(type(model).__call__)(model, batch)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "rnn", "cnn"])
+def test_a_batch_is_a_dict_with_inputs(kind):
+    model = ann.build(dataclasses.replace(BASE, kind=kind), nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"batch: \w+ expects a dict \{'inputs'.* shape \(4, 6\)"):
+        _call_as_a_user(model, TOKENS)
+    with pytest.raises(ValueError, match=r"batch: \w+ needs the key 'inputs'; got keys \['targ"):
+        model({"targets": TARGETS})
+
+
+def test_unknown_batch_keys_are_errors_naming_them_and_the_accepted_keys():
+    model = ann.build(BASE, nnx.Rngs(0))
+    segments = jnp.zeros((B, T), jnp.int32).at[:, 3:].set(1)
+    accepted = r"\['inputs', 'segment_ids', 'positions', 'lengths', 'targets', 'loss_mask'\]"
+    with pytest.raises(
+        ValueError,
+        match=rf"Transformer takes no key 'segment_id' \(did you mean 'segment_ids'\?\); "
+        rf"accepted keys: {accepted}",
+    ):
+        model({"inputs": TOKENS, "segment_id": segments})
+    with pytest.raises(ValueError, match=r"Rnn takes no key 'segment_ids'; accepted keys: \['inp"):
+        ann.build(dataclasses.replace(BASE, kind="rnn"), nnx.Rngs(0))(
+            {"inputs": TOKENS, "segment_ids": segments}
+        )
+    packed = {"inputs": TOKENS, "segment_ids": segments}
+    task_batch = packed | {"targets": TARGETS, "loss_mask": jnp.ones((B, T), bool)}
+    np.testing.assert_array_equal(model(task_batch), model(packed))  # the loss keys are ignored
+
+
+@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+def test_token_ids_outside_the_vocabulary_are_an_error_or_nan_under_jit(kind):
+    model = ann.build(dataclasses.replace(BASE, kind=kind), nnx.Rngs(0))
+    jitted = nnx.jit(lambda model, batch: model(batch))
+    for bad in (V, -1):
+        tokens = TOKENS.at[1, 2].set(bad)
+        low, high = min(bad, int(TOKENS.min())), max(bad, int(TOKENS.max()))
+        with pytest.raises(
+            ValueError,
+            match=rf"inputs: token ids must be in \[0, vocab_size=5\), got ids from "
+            rf"{low} to {high}",
+        ):
+            model({"inputs": tokens})
+        logits = jitted(model, {"inputs": tokens})  # traced ids: the bad row is NaN, not clamped
+        assert np.isnan(logits[1, 2:]).all(), logits[1]
+        assert np.isfinite(logits[np.array([0, 2, 3])]).all()
 
 
 @pytest.mark.parametrize("dilation", [1, 4])
