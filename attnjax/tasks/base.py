@@ -75,7 +75,12 @@ class Task:
     ``static_argnums=(1, 2)``), its config class (whose ``spec`` property is a
     :class:`TaskSpec`), and the loss and metrics of its logits. A task with few equally likely
     inputs may give ``all_examples(config) -> batch`` (each input once): it is then evaluated
-    on exactly those, so its metrics are population values with no sampling noise."""
+    on exactly those, so its metrics are population values with no sampling noise.
+
+    ``next_token`` declares next-token prediction: the targets are the next inputs
+    (``targets[:, t] == inputs[:, t + 1]`` wherever ``loss_mask`` is set) over the inputs'
+    vocabulary (``num_classes == vocab_size``), so a model's predictions can be fed back as
+    its inputs (:func:`attnjax.nn.generate`). Every other task leaves it False."""
 
     name: str
     config: type
@@ -83,6 +88,7 @@ class Task:
     loss: Callable[[Logits, Batch], Float[Array, ""]] = cross_entropy
     metrics: Callable[[Logits, Batch], dict[str, Float[Array, ""]]] = classification_metrics
     all_examples: Callable[[Any], Batch] | None = None
+    next_token: bool = False
 
 
 def split_examples(

@@ -9,7 +9,10 @@ over contexts, so every position is stationary.
 Int inputs ``[B, T]`` are ``x_0 … x_{T-1}`` (``T = seq_len``), targets the next tokens
 ``x_1 … x_T``; ``loss_mask`` marks positions ``t >= n - 1``, where the whole context is in view
 (earlier targets are 0).
-Vocabulary and classes: ``V``.
+Vocabulary and classes: ``V``. Next-token prediction: each target is the next token of its
+sequence. With ``documents > 1`` a row packs several sequences, and the batch adds
+``segment_ids [B, T]`` (each position's sequence) and ``positions [B, T]`` (restarting at 0 in
+each sequence).
 
 ``spec.baselines`` holds exact values, in nats per ``loss_mask`` position:
 
@@ -205,4 +208,4 @@ def _document_lengths(
     return minimum + split
 
 
-TASK = base.Task("markov", MarkovConfig, generate)
+TASK = base.Task("markov", MarkovConfig, generate, next_token=True)

@@ -62,6 +62,18 @@ def test_batch_matches_spec_and_is_deterministic(name, small):
 
 
 @pytest.mark.parametrize("name", tasks.names())
+def test_next_token_declarations_match_the_batches(name, small):
+    """A task declares ``next_token`` iff its targets are its next inputs, over its vocabulary."""
+    config, batch = small(name)
+    spec = config.spec
+    mask = batch["loss_mask"][:, :-1]
+    follows = spec.num_classes == spec.vocab_size and np.array_equal(
+        batch["targets"][:, :-1][mask], batch["inputs"][:, 1:][mask]
+    )
+    assert tasks.get(name).next_token == follows
+
+
+@pytest.mark.parametrize("name", tasks.names())
 def test_chance_is_the_most_frequent_target(name, small):
     draws = [small(name, seed=seed) for seed in range(2, 18)]
     config = draws[0][0]
