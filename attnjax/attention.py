@@ -80,6 +80,9 @@ def attention(
     ``s <= t + causal_offset``), sequence lengths, segment ids, ``local_window_size``
     (``(left, right)`` around ``t + causal_offset``). A query row with no visible key gives
     output 0, weights 0 and zero gradients (``jax.nn`` gives the mean of ``value`` instead).
+    Non-finite values behave as in ``jax.nn`` on every implementation: a NaN or ``+inf``
+    among a row's visible logits makes the row NaN; ``-inf`` logits are masked keys, so a
+    row whose visible logits are all ``-inf`` is a row with no visible key (``jax.nn``: NaN).
 
     Returns ``output [B, T, N, Hv]`` in the query's dtype; with ``return_weights`` also
     ``weights [B, N, T, S]`` (float32); with ``return_residual`` also the log-sum-exp

@@ -31,14 +31,11 @@ def masked_softmax_with_lse(
     exponentiating. NaN and ``+inf`` among the valid logits give a NaN row, as in ``jax.nn``.
     """
     x = jnp.asarray(logits, jnp.float32)
-    if mask is not None:
-        mask = jnp.broadcast_to(jnp.asarray(mask, bool), x.shape)
-        x = jnp.where(mask, x, MASK_VALUE)
+    visible = x != -jnp.inf  # -inf logits are masked keys: an all -inf row is empty
+    mask = visible if mask is None else visible & jnp.asarray(mask, bool)
+    x = jnp.where(mask, x, MASK_VALUE)
     row_max = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
-    row_max = jnp.where(row_max == -jnp.inf, 0.0, row_max)  # an all -inf row: exp gives 0
-    e = jnp.exp(x - row_max)
-    if mask is not None:
-        e = jnp.where(mask, e, 0.0)
+    e = jnp.where(mask, jnp.exp(x - row_max), 0.0)
     total = jnp.sum(e, axis=-1, keepdims=True)
     empty = total == 0
     safe_total = jnp.where(empty, 1.0, total)
