@@ -138,7 +138,45 @@ def main(devices: int, extended: bool) -> None:
         )
         found["layout/zigzag"] = _dealt(mesh)
         found["gpu_choice_with_bias"] = _gpu_choice_with_bias(mesh, q)
+        found |= _nonfinite(mesh, q)
     print(json.dumps(found))
+
+
+def _nonfinite(mesh, q):
+    """A NaN in one query and an ``inf`` in one key (causal; finite values, as ``jax.nn``
+    multiplies a NaN value by the zero weights of masked keys): per strategy, whether the
+    sharded output's NaN entries are ``jax.nn``'s, the largest difference elsewhere, and
+    whether every gradient holds NaN."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from attnjax.sharded import ring_attention
+
+    found = {}
+    cases = {
+        "nan_query": (q.at[0, 3, 1, 2].set(jnp.nan), q),
+        "inf_key": (q, q.at[1, 5, 0].set(jnp.inf)),
+    }
+    for strategy in ("ring", "all_gather"):
+        for name, (query, key) in cases.items():
+
+            def sharded(query, key, strategy=strategy):
+                return ring_attention(query, key, q, mesh=mesh, axis="seq", strategy=strategy,
+                                      is_causal=True)  # fmt: skip
+
+            out = jax.jit(sharded)(query, key)
+            ref = jax.nn.dot_product_attention(query, key, q, is_causal=True)
+            grads = jax.grad(lambda *a: jnp.sum(jnp.sin(sharded(*a))), argnums=(0, 1))(query, key)
+            same = bool(np.array_equal(np.isnan(out), np.isnan(ref)) and np.isnan(ref).any())
+            finite = ~np.isnan(ref)
+            error = float(np.max(np.abs(np.asarray(out)[finite] - np.asarray(ref)[finite])))
+            found[f"nonfinite/{strategy}/{name}"] = [
+                same,
+                error,
+                all(np.isnan(g).any() for g in grads),
+            ]
+    return found
 
 
 def _inside_shard_map(mesh, q, kv):

@@ -66,3 +66,12 @@ def test_zigzag_deals_chunks_d_and_2p_minus_1_minus_d(errors):
 
 def test_on_gpu_a_bias_keeps_the_blocks_on_the_chunked_path(errors):
     assert errors["gpu_choice_with_bias"] <= 1e-5
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("case", ["nan_query", "inf_key"])
+def test_nan_and_inf_give_jax_nn_rows_across_devices(errors, strategy, case):
+    """A NaN in a query or an ``inf`` in a key: the NaN rows of ``jax.nn``, its values
+    elsewhere, NaN in the gradients."""
+    same_rows, error, nan_gradients = errors[f"nonfinite/{strategy}/{case}"]
+    assert same_rows and error <= 1e-5 and nan_gradients, (same_rows, error, nan_gradients)
