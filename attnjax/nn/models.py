@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
@@ -42,13 +43,14 @@ def check_batch(model: nnx.Module, batch: Any) -> None:
 
 def check_tokens(tokens: Array, vocab_size: int, name: str = "inputs") -> None:
     """``ValueError`` naming ``name`` if ``tokens`` holds an id outside ``[0, vocab_size)``.
-    Only concrete arrays are read (one reduction and a device sync): traced ones (under
+    Only concrete arrays are read (copied to the host): traced ones (under
     ``jit``, ``grad``, ``vmap``) pass, and :class:`InputEmbedding` embeds their bad ids as
     NaN."""
     traced = isinstance(tokens, jax.core.Tracer)
     if traced or tokens.size == 0 or not getattr(tokens, "is_fully_addressable", True):
         return
-    low, high = (int(v) for v in jax.device_get((tokens.min(), tokens.max())))
+    ids = np.asarray(tokens)  # also inside a trace that closes over concrete inputs
+    low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab_size:
         raise ValueError(
             f"{name}: token ids must be in [0, vocab_size={vocab_size}), got ids from {low} "
