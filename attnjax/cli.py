@@ -20,7 +20,7 @@ import rich.progress
 from attnjax import experiment
 from attnjax.attention import attention
 from attnjax.experiment import claims as experiment_claims
-from attnjax.experiment import record, storage
+from attnjax.experiment import record, report, storage
 from attnjax.experiment.sweep import check_points, edge_points, summary_table
 from attnjax.scores import dot, scaled_dot
 
@@ -247,7 +247,7 @@ def sweep(args: argparse.Namespace) -> None:
     environment = record.environment(args.argv)  # the code as the run starts
     verdicts, bodies = {}, []
     if hasattr(module, "analyze"):
-        with _folder_errors():
+        with _folder_errors(), report.smoke_figures(args.smoke):
             analysis = module.analyze(out, args.smoke, **options)
         if primary:
             storage.write_csv(out / analysis.csv_name, analysis.rows)

@@ -109,9 +109,11 @@ class ExperimentConfig:
 
     def __post_init__(self):
         check_types(self)
-        task_name(self.task)  # raises for an unregistered config class
+        name = task_name(self.task)  # raises for an unregistered config class
         spec = self.task.spec
         derived = {
+            "task": name,
+            "next_token": tasks.get(name).next_token,
             "embedding": "tokens" if spec.vocab_size is not None else "linear",
             "vocab_size": spec.vocab_size,
             "in_features": spec.num_features,

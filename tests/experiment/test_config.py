@@ -109,3 +109,26 @@ def test_sgd_steps_along_the_negative_gradient_decay_spares_vectors_and_adamw_is
     np.testing.assert_allclose(updates["w"], -jnp.sign(grads["w"]), rtol=1e-3)  # first step
     with pytest.raises(ValueError, match="optimizer"):
         OptimConfig(optimizer="lion")
+
+
+def test_models_record_their_task_so_generate_refuses_one_that_is_not_next_token():
+    """mqar's classes are its vocabulary, so only the recorded task tells generate that its
+    predictions are not next tokens."""
+    import importlib.util
+    import pathlib
+
+    import jax
+    from flax import nnx
+
+    from attnjax import nn
+
+    path = pathlib.Path(__file__).parents[2] / "configs" / "mqar.py"
+    spec = importlib.util.spec_from_file_location("mqar_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = with_overrides(module.get_config(), {"model.layers": 1, "model.width": 16})
+    assert (config.model.task, config.model.next_token) == ("mqar", False)
+    assert config.model.num_classes == config.model.vocab_size
+    model = nn.build(config.model, nnx.Rngs(0))
+    with pytest.raises(ValueError, match="built for task 'mqar', which is not next-token"):
+        nn.generate(model, jnp.zeros((1, 2), jnp.int32), 2, key=jax.random.key(0))
