@@ -23,7 +23,7 @@ VERDICT_LINE = re.compile(r"verdict (?P<claim>.+?): (?P<verdict>supported|refute
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """A claim of ``CLAIMS.md`` (``id``, e.g. ``"E1"``), what it says in a few words, the
+    """A claim of ``docs/sources.md`` (``id``, e.g. ``"E1"``), what it says in a few words, the
     experiments (``experiments/<name>.py``) that judge it, its ``previous`` verdict (the one
     docs/claims.md gave before records: 3 seeds, one fixed test batch per split) and, for a
     claim whose experiment was redesigned because its verdict could not come out against the
