@@ -29,3 +29,10 @@ def test_gpu_script_names_existing_files():
     script = (ROOT / "benchmarks" / "gpu.sh").read_text()
     assert "tests/test_pallas_gpu.py" in script and (ROOT / "tests/test_pallas_gpu.py").is_file()
     assert "benchmarks/attention.py" in script
+
+
+def test_nonfinite_benchmark_prints_its_ratios():
+    printed = _run("benchmarks/nonfinite.py", "--length", "32", "--repeats", "1")
+    rows = [line.split("|") for line in printed.splitlines() if line.startswith("| ")]
+    assert [(r[1].strip(), r[2].strip()) for r in rows[1:]] == [("xla", "32"), ("chunked", "128")]
+    assert all(float(r[5]) > 0 for r in rows[1:])
