@@ -70,13 +70,14 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def run_report(config: Any, results: Sequence[dict[str, Any]], smoke: bool = False) -> str:
     """``report.md`` of one run folder: the final metrics, mean ± 95% interval over seeds,
-    per learning rate (``smoke``: titled and noted as a smoke run)."""
+    one row per metric and one column per learning rate, so a task with many metrics stays
+    narrow (``smoke``: titled and noted as a smoke run)."""
     metrics = [k for k in results[0] if k.startswith(("valid_", "test_"))]
-    rows = []
-    for lr in dict.fromkeys(r["learning_rate"] for r in results):
-        group = [r for r in results if r["learning_rate"] == lr]
-        rows.append([lr, len(group), *(fmt(*mean_ci95([r[m] for r in group])) for m in metrics)])
-    table = markdown_table(["learning rate", "seeds", *metrics], rows)
+    rates = dict.fromkeys(r["learning_rate"] for r in results)
+    groups = {lr: [r for r in results if r["learning_rate"] == lr] for lr in rates}
+    rows = [["seeds", *(len(g) for g in groups.values())]]
+    rows += [[m, *(fmt(*mean_ci95([r[m] for r in g])) for g in groups.values())] for m in metrics]
+    table = markdown_table(["metric", *(f"lr {lr:g}" for lr in rates)], rows)
     note = SMOKE_NOTE if smoke else ""
     return (
         f"# {smoke_title(config.name, smoke)}\n\n{note}"

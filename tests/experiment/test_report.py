@@ -136,3 +136,14 @@ def test_figures_drawn_within_smoke_figures_are_marked(tmp_path):
     fig, _ = report.new_figure(figsize=(3, 2))
     report.save_figure(fig, tmp_path / "after.png", "after")
     assert fig.get_suptitle() == "after"
+
+
+def test_run_report_is_one_row_per_metric_and_one_column_per_rate():
+    """A task with many metrics (qk_norm's 16) gave a table 18 columns wide."""
+    metrics = {f"{split}_m{i}": 0.5 for split in ("valid", "test") for i in range(8)}
+    results = [{"learning_rate": lr, "seed": s, **metrics} for lr in (1e-3, 3e-3) for s in (0, 1)]
+    table = report.run_report(types.SimpleNamespace(name="qk_norm"), results)
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    assert lines[0] == "| metric | lr 0.001 | lr 0.003 |"
+    assert lines[2] == "| seeds | 2 | 2 |" and len(lines) == 2 + 1 + 16
+    assert all(line.count("|") == 4 for line in lines)
