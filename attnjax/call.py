@@ -26,7 +26,7 @@ from attnjax.masks import (
     combine,
     mod_indices,
 )
-from attnjax.masks.checks import check_closure, check_signature, run_mod, same_mod, same_value
+from attnjax.masks.checks import check_closure, check_signature, read_paths, run_mod, same_mod
 from attnjax.scores import SCORES
 from attnjax.tiling import BlockSizes
 
@@ -210,7 +210,7 @@ def prepare(
     mask_spec = _mask_spec(mask_args, batch, num_queries, num_keys)
     mask_mod, block_mask = _check_mods(score_mod, mask_mod, block_mask, block_sizes, logits_shape)
     if block_mask is not None:
-        score_mod, mask_mod, mod_params = _tie(block_mask, score_mod, mod_params)
+        mod_params = _tie(block_mask, mod_params)
     call = AttentionCall(
         score=fn,
         score_params=params,
@@ -307,40 +307,48 @@ def _check_mods(score_mod, mask_mod, block_mask, block_sizes, logits_shape):
     return block_mask.mask_mod, block_mask
 
 
-def _tie(block_mask: BlockMask, score_mod, mod_params) -> tuple[Any, Any, Any]:
-    """``(score_mod, mask_mod, mod_params)`` of a call with a block mask: the mask mod reads
-    the data the block mask was built from, so its tiles and elements always agree.
+def _tie(block_mask: BlockMask, mod_params: Any) -> Any:
+    """The call's ``mod_params`` with a block mask, checked against the data it was built
+    from, so its tiles and the elements never disagree.
 
-    ``mod_params`` given with a block mask must hold that data (the same leaves under the same
-    keys): a concrete mismatch (a stale block mask) is an error; traced arrays that are not
-    the same objects cannot be compared, and then the mask mod reads the block mask's own."""
+    The leaves ``mask_mod`` reads from the block mask's ``mod_params`` must be this call's:
+    the same arrays, or equal values. A dict of ``mod_params`` that lacks them takes them from
+    the block mask. Other values under those keys (a stale block mask: new document ids) are
+    an error; so are traced arrays that are other objects than the block mask's, which cannot
+    be compared (build the block mask from the same arrays, inside the traced function)."""
     data = block_mask.mod_params
     if data is None or mod_params is None or mod_params is data:
-        return score_mod, block_mask.mask_mod, data if mod_params is None else mod_params
-    given = (
-        {k: mod_params.get(k) for k in data}
-        if isinstance(data, dict) and isinstance(mod_params, dict)
-        else mod_params
-    )
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((data, given)))
-    if same_value(data, given):
-        return score_mod, block_mask.mask_mod, mod_params
-    if not traced:
-        raise ValueError(
-            "block_mask: built from other mod_params than this call's (a stale block mask: "
-            "e.g. other document ids); rebuild it with attnjax.masks.block_mask from these "
-            "mod_params, or pass mod_params only through the block mask"
-        )
-    mask_mod = block_mask.mask_mod
+        return data if mod_params is None else mod_params
+    if isinstance(data, dict) and isinstance(mod_params, dict):
+        mod_params = {**data, **mod_params}
+    batch, heads = block_mask.kinds.shape[:2]
+    indices = mod_indices(batch, heads, jnp.arange(1), jnp.arange(1), block_mask.offset)
+    given = dict(jax.tree_util.tree_flatten_with_path(mod_params)[0])
+    read = read_paths(block_mask.mask_mod, data, indices)
+    for path, built in jax.tree_util.tree_flatten_with_path(data)[0]:
+        name, value = f"mod_params{jax.tree_util.keystr(path)}", given.get(path)
+        if path not in read or value is built:
+            continue
+        if isinstance(value, jax.core.Tracer) or isinstance(built, jax.core.Tracer):
+            raise ValueError(
+                f"block_mask: {name} is traced and not the array the block mask was built "
+                "from, so it cannot be checked against it; build the block mask from these "
+                "mod_params inside the traced function, or leave that key out of mod_params "
+                "(the block mask's own is then used)"
+            )
+        if value is None or not _equal_values(value, built):
+            raise ValueError(
+                f"block_mask: built from another {name} than this call's (a stale block "
+                "mask: e.g. other document ids); rebuild it with attnjax.masks.block_mask "
+                "from these mod_params, or pass mod_params only through the block mask"
+            )
+    return mod_params
 
-    def tied_mask(b, h, q_idx, kv_idx, params):
-        return mask_mod(b, h, q_idx, kv_idx, params["block_mask"])
 
-    def tied_score(logits, b, h, q_idx, kv_idx, params):
-        return score_mod(logits, b, h, q_idx, kv_idx, params["call"])
-
-    tied_score = None if score_mod is None else tied_score
-    return tied_score, tied_mask, {"call": mod_params, "block_mask": data}
+def _equal_values(a: Any, b: Any) -> bool:
+    """Concrete arrays of the same shape and values (dtypes may differ)."""
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and bool(np.array_equal(a, b))
 
 
 def _check_qkv(query: Array, key: Array, value: Array) -> None:

@@ -45,22 +45,25 @@ def test_a_stale_block_mask_is_an_error(implementation):
 
 
 @pytest.mark.parametrize("implementation", ["chunked", "pallas"])
-def test_a_block_mask_alone_brings_its_data_and_traced_ones_are_never_mixed(implementation):
-    """Without ``mod_params`` the block mask's own data is used; inside ``jit``, where the
-    ids cannot be compared, the mask reads the block mask's ids: the old documents' result
-    exactly, never a mix of old tiles and new elements."""
+def test_a_block_mask_brings_its_data_and_traced_data_it_cannot_check_is_an_error(
+    implementation,
+):
+    """Without ``mod_params`` (or without the keys its mask reads) the block mask's own data
+    is used; inside ``jit``, other traced ids than the block mask's cannot be compared and
+    are an error; a block mask built inside from the same ids is taken."""
     old = _document_block(OLD_IDS)
     alone = aj.attention(Q, K, V, block_mask=old, implementation=implementation)
     np.testing.assert_allclose(alone, _dense(OLD_IDS), atol=1e-5)
 
     @jax.jit
-    def traced(block, ids):
-        params = {"document_ids": ids}
+    def traced(block, params):
         return aj.attention(
             Q, K, V, mod_params=params, block_mask=block, implementation=implementation
         )
 
-    np.testing.assert_allclose(traced(old, NEW_IDS), _dense(OLD_IDS), atol=1e-5)
+    np.testing.assert_allclose(traced(old, {}), _dense(OLD_IDS), atol=1e-5)
+    with pytest.raises(ValueError, match=r"mod_params\['document_ids'\] is traced"):
+        traced(old, {"document_ids": NEW_IDS})
 
     @jax.jit
     def built_inside(ids):
@@ -71,6 +74,30 @@ def test_a_block_mask_alone_brings_its_data_and_traced_ones_are_never_mixed(impl
         )
 
     np.testing.assert_allclose(built_inside(NEW_IDS), _dense(NEW_IDS), atol=1e-5)
+
+
+def test_a_block_mask_checks_only_the_data_its_mask_reads():
+    """Score-mod parameters beside the ids (new values, or passed alone) and the same ids in
+    another dtype are not a stale block mask."""
+    slopes = jnp.array([0.5, 0.25])
+    block = block_mask(
+        mods.document(), {"document_ids": OLD_IDS, "slopes": slopes}, 2, None, 8, 8, TILES
+    )
+    alibi = mods.alibi(param="slopes")
+    reference = aj.attention(
+        Q, K, V, score_mod=alibi, mask_mod=mods.document(), implementation="xla",
+        mod_params={"document_ids": OLD_IDS, "slopes": 2 * slopes},
+    )  # fmt: skip
+    for params in (
+        {"document_ids": OLD_IDS, "slopes": 2 * slopes},
+        {"slopes": 2 * slopes},
+        {"document_ids": OLD_IDS.astype(jnp.int16), "slopes": 2 * slopes},
+    ):
+        out = aj.attention(
+            Q, K, V, score_mod=alibi, mod_params=params, block_mask=block,
+            implementation="chunked",
+        )  # fmt: skip
+        np.testing.assert_allclose(out, reference, atol=1e-5)
 
 
 def test_block_masks_compare_mods_by_value():

@@ -18,6 +18,7 @@ CASES = {
     "nan_in_query_causal": ((Q.at[0, 3, 0, 1].set(jnp.nan), K, V), {"is_causal": True}),
     "inf_in_key_causal": ((Q, K.at[0, 2, 0, :].set(jnp.inf), V), {"is_causal": True}),
     "nan_in_key_window": ((Q, K.at[0, 5, 1, 0].set(jnp.nan), V), {"local_window_size": 1}),
+    "nan_in_value": ((Q, K, V.at[0, 6, 0, 2].set(jnp.nan)), {}),
 }
 
 
@@ -108,3 +109,18 @@ def test_mods_never_see_the_padding_of_tiles(implementation, mod):
     for got, ref in zip(grads(implementation), grads("xla"), strict=True):
         assert jnp.isfinite(got).all()
         np.testing.assert_allclose(got, ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("implementation", ["chunked", "pallas"])
+def test_a_nan_value_no_row_sees_reaches_only_the_tiles_that_hold_it(implementation):
+    """Causal, NaN in the value of the last key: ``jax.nn`` and xla multiply it by the zero
+    weight of every row (``0 · NaN``: all rows NaN); the tiled paths give NaN to the rows
+    whose tiles hold that key (the rows that see it, and the others of their query tile),
+    and every other row its finite value (documented in docs/tiled.md)."""
+    v = V.at[0, 9, 0, 0].set(jnp.nan)
+    dense = _attention("xla", is_causal=True)(Q, K, v)
+    tiled = _attention(implementation, is_causal=True)(Q, K, v)
+    assert jnp.isnan(dense[0, :, 0, 0]).all()
+    np.testing.assert_array_equal(jnp.isnan(tiled[0, :, 0, 0]), np.arange(10) >= 8)
+    clean = _attention("xla", is_causal=True)(Q, K, V)
+    np.testing.assert_allclose(tiled[0, :8], clean[0, :8], atol=1e-5)

@@ -90,6 +90,7 @@ def check_folder(out: Path, kind: str, source: str | Path, overwrite: bool) -> N
     else:
         record = dict.fromkeys((*RUN_FILES, *RECORD_FILES, "points"))
         names = [n for n in record if (Path(out) / n).exists()]
+        names += sorted(p.name for p in Path(out).glob("*.png") if p.name not in record)
         if not names:
             return
         held = f"a record ({', '.join(names)}) that no `attnjax {kind} {source}` wrote"

@@ -135,7 +135,33 @@ def same_value(a: Any, b: Any) -> bool:
 _EXPLAINED = (IndexError, TypeError, ValueError, KeyError, AttributeError)
 
 
-def run_mod(name: str, mod: Callable, args: tuple, params: Any, hint: str = "") -> Any:
+def read_paths(mask_mod: Callable, params: Any, indices: tuple) -> list[Any]:
+    """The key paths of the leaves of ``params`` that ``mask_mod(*indices, params)`` reads
+    (found by tracing it once: a leaf no operation uses is not read)."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+    if not flat:
+        return []
+    paths, leaves = zip(*flat, strict=True)
+    shapes = [jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)) for x in leaves]
+
+    def mask(*leaves):
+        return mask_mod(*indices, jax.tree.unflatten(treedef, leaves))
+
+    jaxpr = jax.make_jaxpr(mask)(*shapes).jaxpr
+    used = {v for v in jaxpr.outvars if not hasattr(v, "val")}  # literals have a value
+    for eqn in reversed(jaxpr.eqns):
+        if any(v in used for v in eqn.outvars):
+            used.update(v for v in eqn.invars if not hasattr(v, "val"))
+    return [p for p, v in zip(paths, jaxpr.invars, strict=True) if v in used]
+
+
+BATCH_HINT = (
+    ". Indices broadcast to [B, N, T, S]; for unbatched inputs b is 0, so per-batch data "
+    "keeps a batch axis of 1"
+)
+
+
+def run_mod(name: str, mod: Callable, args: tuple, params: Any, hint: str = BATCH_HINT) -> Any:
     """``mod(*args, params)``; a plain Python error it raises (not JAX's own, which explain
     themselves) is re-raised naming the mod, the shapes of the arguments it got and of
     ``params``, and ``hint``."""
@@ -148,9 +174,7 @@ def run_mod(name: str, mod: Callable, args: tuple, params: Any, hint: str = "") 
         got = ", ".join(str(np.shape(x)) for x in args)
         raise type(error)(
             f"{name}: {_name(mod)} failed on arguments of shapes {got} and mod_params of "
-            f"shapes {shapes} ({type(error).__name__}: {error}). Indices broadcast to "
-            f"[B, N, T, S]; for unbatched inputs b is 0, so per-batch data keeps a batch "
-            f"axis of 1{hint}"
+            f"shapes {shapes} ({type(error).__name__}: {error}){hint}"
         ) from error
 
 

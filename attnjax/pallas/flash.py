@@ -164,7 +164,8 @@ def kernel_params(treedef, refs: list) -> Any:
 
 
 KERNEL_HINT = (
-    ". Inside the Pallas kernels a mod_params leaf with dimensions is a ref: index it "
+    ". Inside the Pallas kernels mods run on one tile at a time, and a mod_params leaf with "
+    "dimensions is a ref: index it "
     "(params[name][h], params[name][b, idx]) instead of passing it whole to a jnp function "
     "such as jnp.take; 0-d leaves are scalars. Or use implementation='chunked'"
 )

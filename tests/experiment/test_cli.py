@@ -91,6 +91,13 @@ def test_a_record_no_command_wrote_is_refused(tiny, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv", "tiny.py"]
 
 
+def test_a_folder_of_figures_no_command_wrote_is_refused(tmp_path, capsys):
+    (tmp_path / "summary.png").write_bytes(b"png")
+    err = _refused(capsys, ["run", CONFIG, "--smoke", "--out", str(tmp_path)])
+    assert "a record (summary.png) that no `attnjax" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.png"]
+
+
 @pytest.mark.parametrize(
     "command, message",
     [
