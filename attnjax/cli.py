@@ -19,6 +19,7 @@ import rich.progress
 
 from attnjax import experiment
 from attnjax.attention import attention
+from attnjax.experiment import audit as experiment_audit
 from attnjax.experiment import claims as experiment_claims
 from attnjax.experiment import record, report, storage
 from attnjax.experiment.sweep import check_points, edge_points, summary_table
@@ -310,6 +311,38 @@ def claims(args: argparse.Namespace) -> None:
         print(f"rewritten ({root}): " + ("; ".join(changed) or "none (already up to date)"))
 
 
+def audit(args: argparse.Namespace) -> None:
+    """Audit the verdict rule of each trained sweep with a committed record (``results/<name>/
+    results.csv``), or of the experiments named: the verdicts it can reach, the bootstrap
+    agreement of its committed verdict, its edge learning rates (:mod:`attnjax.experiment.
+    audit`); print the table."""
+    root = _claims_root(args.root)
+    names = args.experiments or sorted(
+        p.parent.name for p in (root / "results").glob("*/results.csv")
+        if hasattr(experiment.load_file(root / "experiments" / f"{p.parent.name}.py"),
+                   "get_experiment")
+    )  # fmt: skip
+    audits = {}
+    for name in names:
+        exp, rows = _audited(root, name)
+        print(f"auditing {name} ({args.draws} bootstrap draws)", file=sys.stderr)
+        summary = experiment_audit.summary_from_rows(exp, rows)
+        audits[name] = experiment_audit.audit(exp, summary, draws=args.draws)
+    print(experiment_audit.audit_table(audits))
+
+
+@_usage_errors
+def _audited(root: Path, name: str):
+    """``(experiment, results.csv rows)`` of the committed record of ``name``."""
+    path, record = root / "experiments" / f"{name}.py", root / "results" / name / "results.csv"
+    if not path.is_file() or not record.is_file():
+        raise ValueError(f"experiment: {name} needs experiments/{name}.py and {record}")
+    module = experiment.load_file(path)
+    if not hasattr(module, "get_experiment"):
+        raise ValueError(f"experiment: {name} is an analysis (no get_experiment()); not audited")
+    return module.get_experiment(), storage.read_csv(record)
+
+
 def _compile_cache() -> None:
     """JAX's persistent compilation cache, on by default in the user's cache folder
     (``$XDG_CACHE_HOME/attnjax/jax`` or ``~/.cache/attnjax/jax``): a rerun skips compiling.
@@ -394,11 +427,20 @@ def main(argv: list[str] | None = None) -> None:
         "--root", type=Path, help="the repository (default: the one holding the current folder)"
     )
     sub.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
+    sub = commands.add_parser(
+        "audit", help="can each trained sweep's rule come out either way; is its verdict fragile"
+    )
+    sub.add_argument("experiments", nargs="*", help="names under results/ (default: all)")
+    sub.add_argument(
+        "--root", type=Path, help="the repository (default: the one holding the current folder)"
+    )
+    sub.add_argument("--draws", type=_positive, default=1000, help="bootstrap draws (fixed key)")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     if getattr(args, "tensorboard", False):
         args.set.append("train.tensorboard=true")
-    commands = {"demo": lambda _: demo(), "run": run, "sweep": sweep, "claims": claims}
+    commands = {"demo": lambda _: demo(), "run": run, "sweep": sweep, "claims": claims,
+                "audit": audit}  # fmt: skip
     _compile_cache()
     try:
         commands[args.command](args)

@@ -1,0 +1,164 @@
+"""An audit of a trained sweep's verdict rule, as a referee would run it: can the rule come out
+either way, and does the committed verdict survive resampling its seeds?
+
+- **Reachability**: the rule is evaluated on synthetic summaries of the experiment's points
+  (every seed's value drawn across the metric's range, the extremes, each point at either end,
+  ties); a rule that never gives *refuted* is ``unrefutable``, one that never gives
+  *supported* ``unsupportable``.
+- **Fragility**: the committed per-seed values are resampled with replacement (the same seeds
+  for every point, as points share their seeds' data), ``draws`` times from a fixed key; the
+  share of draws whose verdict is the committed one is the agreement, and below
+  ``FRAGILE_BELOW`` the verdict is ``fragile``.
+- **Edges**: points whose chosen learning rate sits at an edge of its grid.
+
+Analysis experiments (measurements of ``analyze``) are not audited here.
+"""
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from attnjax.experiment.report import METRIC_RANGES, mean_ci95
+from attnjax.experiment.sweep import VERDICTS, Experiment, Stats, Summary, labels, point_stats
+
+FRAGILE_BELOW = 0.9  # bootstrap agreement under which a verdict is fragile
+SYNTHETIC_DRAWS = 400  # random synthetic summaries per reachability check
+
+
+@dataclasses.dataclass(frozen=True)
+class Audit:
+    """What the audit found for one experiment's committed summary."""
+
+    claim_id: str
+    verdict: str  # the rule's verdict on the committed summary
+    reachable: tuple[str, ...]  # the verdicts the rule gives on synthetic summaries
+    agreement: float  # share of bootstrap draws with the committed verdict
+    draws: int
+    edges: tuple[str, ...]  # points whose chosen learning rate is at an edge of its grid
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        never = {"unrefutable": "refuted", "unsupportable": "supported"}
+        flags = [flag for flag, v in never.items() if v not in self.reachable]
+        if self.agreement < FRAGILE_BELOW:
+            flags.append("fragile")
+        if self.edges:
+            flags.append("edge")
+        return tuple(flags)
+
+
+def audit(experiment: Experiment, summary: Summary, *, draws: int = 1000, seed: int = 0) -> Audit:
+    """Reachability, bootstrap agreement and edges of ``experiment``'s rule on ``summary``."""
+    verdict = _verdict(experiment.verdict, summary)
+    rng = np.random.default_rng(seed)
+    return Audit(
+        claim_id=experiment.claim_id,
+        verdict=verdict,
+        reachable=reachable(experiment, summary, rng),
+        agreement=bootstrap_agreement(experiment.verdict, summary, verdict, draws, rng),
+        draws=draws,
+        edges=tuple(name for name, s in summary.labels().items() if s.at_edge),
+    )
+
+
+def reachable(experiment: Experiment, summary: Summary, rng: np.random.Generator) -> tuple:
+    """The verdicts the rule gives on synthetic summaries shaped like ``summary``: per-seed
+    values uniform over the metric's range, every point at the low or the high end (all,
+    and at random), and all points tied at the middle."""
+    low, high = _metric_range(experiment.metric, summary)
+    num_points, num_seeds = len(summary), max(len(s.values) for _, s in summary)
+    grids = [rng.uniform(low, high, (num_points, num_seeds)) for _ in range(SYNTHETIC_DRAWS)]
+    ends = [np.where(rng.random((num_points, 1)) < 0.5, low, high) for _ in range(SYNTHETIC_DRAWS)]
+    grids += [np.broadcast_to(e, (num_points, num_seeds)) for e in ends]
+    grids += [np.full((num_points, num_seeds), v) for v in (low, high, (low + high) / 2)]
+    found = {_verdict(experiment.verdict, _with_values(summary, g)) for g in grids}
+    return tuple(v for v in VERDICTS if v in found)
+
+
+def bootstrap_agreement(
+    rule: Callable[[Summary], tuple[str, str]],
+    summary: Summary,
+    verdict: str,
+    draws: int,
+    rng: np.random.Generator,
+) -> float:
+    """The share of ``draws`` seed resamplings (with replacement, the same seeds for every
+    point) whose verdict is ``verdict``."""
+    values = [np.asarray(s.values, float) for _, s in summary]
+    num_seeds = min(len(v) for v in values)
+    same = 0
+    for _ in range(draws):
+        seeds = rng.integers(0, num_seeds, num_seeds)
+        resampled = _with_values(summary, [v[seeds] for v in values])
+        same += _verdict(rule, resampled) == verdict
+    return same / draws
+
+
+def _with_values(summary: Summary, values: Sequence[np.ndarray] | np.ndarray) -> Summary:
+    """``summary`` with each point's per-seed test values replaced (mean and interval
+    recomputed; the learning rates and their means kept)."""
+    entries = []
+    for (point, stats), new in zip(summary, values, strict=True):
+        new = tuple(float(x) for x in new)
+        entries.append((point, Stats(*mean_ci95(new), new, *stats[3:])))
+    return Summary(entries)
+
+
+def _metric_range(metric: str, summary: Summary) -> tuple[float, float]:
+    """The metric's declared range, else the committed values' range widened by half its
+    width on each side (at least 1)."""
+    if metric in METRIC_RANGES:
+        return METRIC_RANGES[metric]
+    values = [v for _, s in summary for v in s.values if math.isfinite(v)]
+    low, high = min(values), max(values)
+    pad = max((high - low) / 2, 1.0)
+    return low - pad, high + pad
+
+
+def _verdict(rule: Callable[[Summary], tuple[str, str]], summary: Summary) -> str:
+    verdict = rule(summary)[0]
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict: expected one of {VERDICTS}, got {verdict!r}")
+    return verdict
+
+
+def audit_table(audits: dict[str, Audit]) -> str:
+    """A markdown table: one row per audited experiment."""
+    rows = ["| experiment | claim | verdict | reachable | bootstrap agreement | flags |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    for name, a in audits.items():
+        rows.append(
+            f"| {name} | {a.claim_id} | {a.verdict} | {', '.join(a.reachable)} | "
+            f"{a.agreement:.1%} of {a.draws} | {', '.join(a.flags) or '–'} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def summary_from_rows(experiment: Experiment, rows: Sequence[dict[str, str]]) -> Summary:
+    """The sweep's :class:`Summary` recomputed from its ``results.csv`` rows (as read, text):
+    each point's rows found by its label, its stats as the sweep computed them."""
+    by_label: dict[str, list[dict[str, object]]] = {}
+    for row in rows:
+        by_label.setdefault(row["point"], []).append({k: _number(v) for k, v in row.items()})
+    names = labels(experiment.points)
+    missing = [n for n in names if n not in by_label]
+    if missing:
+        raise ValueError(f"results.csv: no rows for the points {missing}")
+    return Summary(
+        [
+            (p, point_stats(by_label[n], experiment))
+            for p, n in zip(experiment.points, names, strict=True)
+        ]
+    )
+
+
+def _number(text: str) -> object:
+    """A CSV cell as an int or float where it is one, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
