@@ -21,7 +21,7 @@ from attnjax import experiment
 from attnjax.attention import attention
 from attnjax.experiment import audit as experiment_audit
 from attnjax.experiment import claims as experiment_claims
-from attnjax.experiment import record, report, storage
+from attnjax.experiment import recompute, record, report, storage
 from attnjax.experiment.sweep import check_points, edge_points, summary_table
 from attnjax.scores import dot, scaled_dot
 
@@ -298,15 +298,25 @@ def claims(args: argparse.Namespace) -> None:
     """Rewrite (or with ``--check`` compare) the generated blocks of docs/claims.md and
     README.md from the records in results/ and print the claims' verdicts; exit 1 on a stale
     block (``--check``), a missing or unknown block, or a record without the verdict of its
-    claim. The repository is ``--root`` or the one holding the current folder."""
+    claim; ``--check`` also recomputes each record's ``report.md`` from its tables
+    (:mod:`attnjax.experiment.recompute`) and exits 1 on a difference, naming the record and
+    where. The repository is ``--root`` or the one holding the current folder."""
     root = _claims_root(args.root)
     changed = experiment_claims.update(root, check=args.check)
     problems = experiment_claims.problems(root) + (changed if args.check else [])
     if problems:
         raise SystemExit("claims: " + "; ".join(problems) + " (run `attnjax claims`)")
+    if args.check:
+        differ, unchecked = recompute.differences(root, experiment_claims.EXPERIMENTS)
+        if differ:
+            raise SystemExit("claims: records differ from their tables: " + "; ".join(differ))
     print(experiment_claims.blocks(root)["readme"])
     if args.check:
         print(f"up to date: {', '.join(experiment_claims.TARGETS)} ({root})")
+        print(
+            "each record's report.md recomputed from its tables"
+            + "".join(f"\nnot recomputed: {u}" for u in unchecked)
+        )
     else:
         print(f"rewritten ({root}): " + ("; ".join(changed) or "none (already up to date)"))
 
@@ -426,7 +436,10 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_argument(
         "--root", type=Path, help="the repository (default: the one holding the current folder)"
     )
-    sub.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
+    sub.add_argument(
+        "--check", action="store_true",
+        help="exit 1 if a block is out of date or a record's report.md is not what its tables give",
+    )  # fmt: skip
     sub = commands.add_parser(
         "audit", help="can each trained sweep's rule come out either way; is its verdict fragile"
     )

@@ -30,7 +30,7 @@ from attnjax.experiment import (
 )
 from attnjax.experiment.config import with_overrides
 from attnjax.experiment.report import fmt, markdown_table, new_figure, save_figure
-from attnjax.experiment.sweep import point_key, sweep_tables
+from attnjax.experiment.sweep import point_key, summarize, sweep_tables
 from attnjax.experiment.trainer import INIT, get_trainer
 from attnjax.nn.config import register
 from attnjax.nn.scores import make_score
@@ -182,17 +182,12 @@ def analyze(
     *Supported* iff all parts hold, *refuted* iff any is contradicted, else *inconclusive*.
     No pilot informed the rule: only a smoke run (20 steps) preceded the first full run.
     """
-    base = base_config(smoke)
-    seeds = seeds or (1 if smoke else SEEDS)
-    experiment = Experiment(
-        name="activation", claim_id="S8", claim=" ".join(__doc__.split()), base=base,
-        points=POINTS, metric="accuracy", verdict=lambda s: ("inconclusive", "see analysis"),
-        learning_rates=LEARNING_RATES,
-    )  # fmt: skip
+    experiment = _experiment(smoke)
+    base, seeds = experiment.base, seeds or (1 if smoke else SEEDS)
     outcome = sweep(experiment, out, num_seeds=seeds, overwrite=overwrite)
     summary = outcome.summary
     seed_range = range(base.train.seed, base.train.seed + seeds)
-    init, trained, rows = {}, {}, []
+    rows = []
     for point, folder in zip(POINTS, outcome.folders, strict=True):
         config = with_overrides(base, point)
         batches = [get_trainer(config).eval_batch(s, "test") for s in seed_range]
@@ -203,15 +198,43 @@ def analyze(
             "trained": [hidden_stats(load_run(folder, (s, lr))[1], b)
                         for s, b in zip(seed_range, batches, strict=True)],
         }  # fmt: skip
-        for when, stats in (("init", init), ("trained", trained)):
-            stats[point_key(point)] = {k: float(np.mean([s[k] for s in per_seed[when]]))
-                                       for k in STATS}  # fmt: skip
         rows += [
             {"point": label(point), "seed": s, "test_accuracy": summary[point].values[r]}
             | {f"{when} {k}": per_seed[when][r][k] for when in per_seed for k in STATS}
             for r, s in enumerate(seed_range)
         ]
+    init, trained = seed_means(rows)
     _plot(summary, init, trained, out / "activation.png")
+    tables = {"results.csv": record.read_rows(out / "results.csv"), "analysis.csv": rows}
+    return report_from_rows(tables, smoke)
+
+
+def _experiment(smoke: bool) -> Experiment:
+    """The training sweep :func:`analyze` runs (judged on the measurements, not by it)."""
+    return Experiment(
+        name="activation", claim_id="S8", claim=" ".join(__doc__.split()),
+        base=base_config(smoke), points=POINTS, metric="accuracy",
+        verdict=lambda s: ("inconclusive", "see analysis"), learning_rates=LEARNING_RATES,
+    )  # fmt: skip
+
+
+def seed_means(rows: list[dict]) -> tuple[dict, dict]:
+    """``(init, trained)``: each point's seed-mean :data:`STATS` at initialization and after
+    training, by :func:`point_key`, from the analysis rows (one per point and seed)."""
+    means = []
+    for when in ("init", "trained"):
+        means.append({point_key(p): {k: float(np.mean([r[f"{when} {k}"] for r in rows
+                                                        if r["point"] == label(p)]))
+                                     for k in STATS} for p in POINTS})  # fmt: skip
+    return means[0], means[1]
+
+
+def report_from_rows(tables: dict[str, list[dict]], smoke: bool = False) -> record.Analysis:
+    """The record of :func:`analyze` from the sweep's ``results.csv`` and its own
+    ``analysis.csv``: tables, verdict and reason."""
+    experiment = _experiment(smoke)
+    summary, _ = summarize(experiment, tables["results.csv"])
+    init, trained = seed_means(tables["analysis.csv"])
     header = ["point", "test accuracy", *(f"{k} (init)" for k in STATS), *STATS]
     table_rows = [[label(p), fmt(s.mean, s.half_width),
                    *(f"{init[point_key(p)][k]:.3f}" for k in STATS),
@@ -219,7 +242,7 @@ def analyze(
                   for p, s in summary]  # fmt: skip
     table = "\n".join([sweep_tables(experiment, summary), markdown_table(header, table_rows)])
     return record.analysis(
-        "activation", "S8", rows, table, verdict(summary, init, trained),
+        "activation", "S8", tables["analysis.csv"], table, verdict(summary, init, trained),
         ["summary.png", "activation.png"], csv_name="analysis.csv",
     )  # fmt: skip
 

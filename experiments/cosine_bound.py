@@ -83,8 +83,7 @@ def analyze(
         learning_rates=LEARNING_RATES[:2] if smoke else LEARNING_RATES,
     )  # fmt: skip
     outcome = sweep(exp, out / "sweep", num_seeds=seeds, overwrite=overwrite)
-    bound = float(analysis.cosine_weight_bound(1.0, KEYS))
-    rows, table, top = [], [], {}
+    rows, top = [], {}
     for (name, point), folder in zip(named.items(), outcome.folders, strict=True):
         stats = outcome.summary[point]
         weights = [query_top_weights(folder, base.train.seed + i, stats.learning_rate)
@@ -94,22 +93,40 @@ def analyze(
             rows.append({"point": name, "seed": base.train.seed + i, "learning_rate":
                          stats.learning_rate, "test_accuracy": acc, "mean_top_weight":
                          float(w.mean()), "max_top_weight": float(w.max())})  # fmt: skip
-        table.append([name, f"{stats.learning_rate:g}", fmt(stats.mean, stats.half_width),
-                      fmt(*top[name][0]), f"{top[name][1]:.4f}"])  # fmt: skip
-    fixed, learnable = (outcome.summary[p] for p in list(named.values())[:2])
-    fixed_max = top["fixed g = 1"][1]
-    (learn_top, learn_half), _ = top[list(named)[1]]
+    bound = float(analysis.cosine_weight_bound(1.0, KEYS))
+    _plot(outcome.summary, named, top, bound, out / "summary.png")
+    return report_from_rows({"results.csv": rows})
+
+
+def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
+    """The record of :func:`analyze` from its rows (one per point and seed, at the point's
+    chosen rate): table, verdict and reason."""
+    rows = tables["results.csv"]
+    bound = float(analysis.cosine_weight_bound(1.0, KEYS))
+    names = list(dict.fromkeys(r["point"] for r in rows))  # fixed g = 1, learnable, fixed g₀
+    table, accuracy, top = [], {}, {}
+    for name in names:
+        group = [r for r in rows if r["point"] == name]
+        accuracy[name] = mean_ci95([r["test_accuracy"] for r in group])
+        top[name] = mean_ci95([r["mean_top_weight"] for r in group])
+        largest = max(r["max_top_weight"] for r in group)
+        table.append([name, f"{group[0]['learning_rate']:g}", fmt(*accuracy[name]),
+                      fmt(*top[name]), f"{largest:.4f}"])  # fmt: skip
+    (fixed, fixed_half), (learnable, learnable_half) = (accuracy[n] for n in names[:2])
+    fixed_max = max(r["max_top_weight"] for r in rows if r["point"] == names[0])
+    learn_top, learn_half = top[names[1]]
     learn_half = 0.0 if np.isnan(learn_half) else learn_half
     if fixed_max > bound * (1 + 1e-4):
         first = "refuted"
     else:
-        first = "supported" if fixed.upper < learnable.lower else "inconclusive"
+        upper, lower = fixed + np.nan_to_num(fixed_half), learnable - np.nan_to_num(learnable_half)
+        first = "supported" if upper < lower else "inconclusive"
     second = ("supported" if learn_top - learn_half > bound
               else "refuted" if learn_top + learn_half <= bound else "inconclusive")  # fmt: skip
     verdict = combine((first, second))
     reason = (
         f"bound for g = 1, n = {KEYS}: {bound:.4f}; (1) g = 1: largest top weight {fixed_max:.4f}, "
-        f"accuracy {fixed.mean:.3f} vs learnable {learnable.mean:.3f} ({first}); (2) learnable "
+        f"accuracy {fixed:.3f} vs learnable {learnable:.3f} ({first}); (2) learnable "
         f"scale: mean top weight {learn_top:.3f} ± {learn_half:.3f} ({second})."
     )
     body = (
@@ -118,7 +135,6 @@ def analyze(
         f"interval over seeds) and its largest value.\n\n"
         + markdown_table(["point", "lr", "test accuracy", "mean top weight", "largest"], table)
     )
-    _plot(outcome.summary, named, top, bound, out / "summary.png")
     return record.analysis("cosine_bound", "S4", rows, body, (verdict, reason), ["summary.png"])
 
 

@@ -31,6 +31,7 @@ HEAD_DIMS = (4, 16, 64, 256, 1024)
 NUM_KEYS = 16
 INIT_SCORES = ("dot", "scaled_dot", "cosine", "additive")
 REFERENCE = "N(0, H) logits"  # CLAIMS S1's independent-logit numbers
+INIT_STATS = ("variance", "max_weight", "entropy", "jacobian_norm")  # init_stats's order
 PUBLISHED = {4: (0.46, 1.65), 1024: (0.96, 0.09)}  # H: (max weight, entropy nats)
 TRAIN_DIMS, TRAIN_SCORES = (4, 32, 256), ("dot", "scaled_dot", "additive")
 LEARNING_RATES = {"adamw": (3e-4, 1e-3, 3e-3, 1e-2, 3e-2), "sgd": (0.03, 0.1, 0.3, 1.0)}
@@ -76,10 +77,21 @@ def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analys
     dims, samples = ((4, 64), 256) if smoke else (HEAD_DIMS, 4096)
     stats = {(s, h): init_stats(init_logits(s, h, samples))
              for s in (*INIT_SCORES, REFERENCE) for h in dims}  # fmt: skip
-    rows = [[s, h, *(f"{v:.3g}" for v in stats[s, h])] for s in (*INIT_SCORES, REFERENCE)
-            for h in dims]  # fmt: skip
-    table = markdown_table(["score", "H", "Var", "max weight", "entropy (nats)", "‖J‖_F"], rows)
     _plot(stats, dims, out / "dk_scaling_init.png")
+    rows = [{"point": f"score={s} H={h}", "seed": 0, "score": s, "head_dim": h}
+            | dict(zip(INIT_STATS, v, strict=True)) for (s, h), v in stats.items()]  # fmt: skip
+    return report_from_rows({"analysis.csv": rows})
+
+
+def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
+    """The S1 record of :func:`analyze` from its rows (one per score and H): table, verdict
+    and reason."""
+    rows = tables["analysis.csv"]
+    stats = {(r["score"], r["head_dim"]): tuple(r[n] for n in INIT_STATS) for r in rows}
+    dims = tuple(dict.fromkeys(h for _, h in stats))
+    table = markdown_table(["score", "H", "Var", "max weight", "entropy (nats)", "‖J‖_F"],
+                           [[s, h, *(f"{v:.3g}" for v in values)]
+                            for (s, h), values in stats.items()])  # fmt: skip
     lo, hi = dims[0], dims[-1]
     dot, scaled = {h: stats["dot", h] for h in dims}, {h: stats["scaled_dot", h] for h in dims}
     checks = {
@@ -106,9 +118,6 @@ def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analys
         verdict = "supported"
     else:
         verdict = "refuted" if dot[hi][1] < 0.6 else "inconclusive"
-    names = ("variance", "max_weight", "entropy", "jacobian_norm")
-    rows = [{"point": f"score={s} H={h}", "seed": 0, "score": s, "head_dim": h}
-            | dict(zip(names, v, strict=True)) for (s, h), v in stats.items()]  # fmt: skip
     return record.analysis("dk_scaling", "S1", rows, table, (verdict, reason),
                            ["dk_scaling_init.png"], csv_name="analysis.csv")  # fmt: skip
 

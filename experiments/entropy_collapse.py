@@ -8,7 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from attnjax.experiment import load_file, record, train_and_evaluate, with_overrides
+from attnjax.experiment import (
+    ExperimentConfig,
+    load_file,
+    record,
+    train_and_evaluate,
+    with_overrides,
+)
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 from attnjax.experiment.storage import read_jsonl
 
@@ -67,9 +73,8 @@ def analyze(
     *refuted* iff ≤ 20% collapse at or before the spike (low entropy neither precedes nor
     accompanies the instability); else *inconclusive*.
     """
-    base = load_file(_CONFIG).get_config("smoke" if smoke else None)
-    every = base.train.eval_every if smoke else EVAL_EVERY
-    config = with_overrides(base, {"train.eval_every": every, "model.qk_norm": False})
+    config = _config(smoke)
+    bigram = config.task.spec.baselines["bigram_loss"]
     lrs, default = ((1e-2, 3.0), 1) if smoke else (LEARNING_RATES, SEEDS)
     seeds = seeds or default
     train_and_evaluate(
@@ -77,25 +82,53 @@ def analyze(
     )
     runs = trajectories(read_jsonl(out / "train" / "metrics.jsonl"))
     spikes = {k: spike_step(r["loss"], r["step"]) for k, r in runs.items()}
-    bigram = config.task.spec.baselines["bigram_loss"]
-    stable = [r["entropy"].min() for k, r in runs.items()
-              if spikes[k] is None and r["loss"][-1] < bigram]  # fmt: skip
-    floor = float(min(stable)) if stable else float("nan")
-    collapses = {k: first_below(r["entropy"], r["step"], floor) for k, r in runs.items()}
-    spiking = [k for k in runs if spikes[k] is not None]
-    before = sum(collapses[k] is not None and collapses[k] < spikes[k] for k in spiking)
-    at_or_before = sum(collapses[k] is not None and collapses[k] <= spikes[k] for k in spiking)
     rows = [
         {"point": f"lr={lr:g}", "seed": seed, "learning_rate": lr, "spike_step": spikes[seed, lr],
-         "collapse_step": collapses[seed, lr], "final_loss": float(run["loss"][-1]),
+         "collapse_step": None, "final_loss": float(run["loss"][-1]),
          "min_entropy": float(run["entropy"].min())}
         for (seed, lr), run in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0]))
     ]  # fmt: skip
+    lowest = floor(rows, bigram)
+    for r in rows:
+        run = runs[r["seed"], r["learning_rate"]]
+        r["collapse_step"] = first_below(run["entropy"], run["step"], lowest)
+    _plot(runs, spikes, lowest, lrs, out / "summary.png")
+    return report_from_rows({"results.csv": rows}, smoke)
+
+
+def _config(smoke: bool) -> ExperimentConfig:
+    base = load_file(_CONFIG).get_config("smoke" if smoke else None)
+    every = base.train.eval_every if smoke else EVAL_EVERY
+    return with_overrides(base, {"train.eval_every": every, "model.qk_norm": False})
+
+
+def stable_entropies(rows: list[dict], bigram: float) -> list[float]:
+    """The least attention entropy of each stable run: it never spikes and ends below the
+    bigram loss."""
+    return [r["min_entropy"] for r in rows
+            if r["spike_step"] is None and r["final_loss"] < bigram]  # fmt: skip
+
+
+def floor(rows: list[dict], bigram: float) -> float:
+    """The lowest attention entropy any stable run reaches (NaN without a stable run)."""
+    return float(min(stable_entropies(rows, bigram), default=float("nan")))
+
+
+def report_from_rows(tables: dict[str, list[dict]], smoke: bool = False) -> record.Analysis:
+    """The record of :func:`analyze` from its rows (one per run): table, verdict and reason."""
+    rows, config = tables["results.csv"], _config(smoke)
+    bigram = config.task.spec.baselines["bigram_loss"]
+    stable = stable_entropies(rows, bigram)
+    spiking = [r for r in rows if r["spike_step"] is not None]
+    steps = [(r["collapse_step"], r["spike_step"]) for r in spiking]
+    before = sum(c is not None and c < s for c, s in steps)
+    at_or_before = sum(c is not None and c <= s for c, s in steps)
     n = len(spiking)
     reason = (
-        f"{n} of {len(runs)} runs spike, {len(stable)} are stable; stable runs' entropy floor "
-        f"{floor:.3f} nats; of the spiking runs, {before} collapse below it strictly before the "
-        f"spike and {at_or_before} at or before it (evaluations every {every} steps)."
+        f"{n} of {len(rows)} runs spike, {len(stable)} are stable; stable runs' entropy floor "
+        f"{floor(rows, bigram):.3f} nats; of the spiking runs, {before} collapse below it "
+        f"strictly before the spike and {at_or_before} at or before it (evaluations every "
+        f"{config.train.eval_every} steps)."
     )
     if n < (1 if smoke else MIN_SPIKES) or not stable:
         verdict = "inconclusive"
@@ -103,6 +136,7 @@ def analyze(
         verdict = "supported"
     else:
         verdict = "refuted" if at_or_before <= UNRELATED * n else "inconclusive"
+    lrs = dict.fromkeys(r["learning_rate"] for r in rows)
     table = markdown_table(
         ["learning rate", "runs that spike", "spike step", "collapse step", "min entropy"],
         [[f"{lr:g}", sum(r["spike_step"] is not None for r in group),
@@ -111,7 +145,6 @@ def analyze(
           ", ".join(f"{r['min_entropy']:.2f}" for r in group)]
          for lr in lrs for group in [[r for r in rows if r["learning_rate"] == lr]]],
     )  # fmt: skip
-    _plot(runs, spikes, floor, lrs, out / "summary.png")
     return record.analysis(
         "entropy_collapse", "S9", rows, table, (verdict, reason), ["summary.png"]
     )

@@ -57,13 +57,34 @@ def analyze(
     seeds = seeds or default
     per_seed = {name: [gradient_by_distance(fields, length, s) for s in range(seeds)]
                 for name, fields in MODELS.items()}  # fmt: skip
-    curves = {name: np.mean(c, axis=0) for name, c in per_seed.items()}
+    rows = [{"point": n, "seed": s, "far_near_ratio": far_near(c)}
+            | {f"gradient_L{d}": float(c[d]) for d in range(length)}
+            for n, cs in per_seed.items() for s, c in enumerate(cs)]  # fmt: skip
+    _plot(mean_curves(rows), out / "summary.png")
+    return report_from_rows({"results.csv": rows})
+
+
+def mean_curves(rows: list[dict]) -> dict[str, np.ndarray]:
+    """Each model's gradient norm by distance ``[T]``, the mean over its seeds' rows (in
+    float32, as measured)."""
+    names = dict.fromkeys(r["point"] for r in rows)
+    length = sum(k.startswith("gradient_L") for k in rows[0])
+    return {n: np.mean(np.array([[r[f"gradient_L{d}"] for d in range(length)] for r in rows
+                                 if r["point"] == n], np.float32), axis=0)
+            for n in names}  # fmt: skip
+
+
+def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
+    """The record of :func:`analyze` from its rows (one per model and seed): table, verdict
+    and reason."""
+    rows = tables["results.csv"]
+    curves = mean_curves(rows)
+    length, seeds = len(next(iter(curves.values()))), len(rows) // len(curves)
     shown = [d for d in (1, 2, 4, 8, 16, 32, 64, 127) if d < length]
     table = markdown_table(
         ["model", *(f"L={d}" for d in shown), "r (far / near)"],
         [[n, *(f"{c[d]:.2e}" for d in shown), f"{far_near(c):.2e}"] for n, c in curves.items()],
     )
-    _plot(curves, out / "summary.png")
     ratio = {n: far_near(c) for n, c in curves.items()}
     reason = (
         f"r = mean g[L ≥ {length - length // 4}] / mean g[1 ≤ L ≤ 4] at initialization "
@@ -75,11 +96,8 @@ def analyze(
     else:
         refuted = ratio["attention"] < DECAYED or max(rnn) >= FLAT
         verdict = "refuted" if refuted else "inconclusive"
-    rows = [{"point": n, "seed": s, "far_near_ratio": far_near(c)}
-            | {f"gradient_L{d}": float(c[d]) for d in range(length)}
-            for n, cs in per_seed.items() for s, c in enumerate(cs)]  # fmt: skip
     return record.analysis("gradient_path", "E7", rows, table, (verdict, reason),
-                    ["summary.png"])  # fmt: skip
+                           ["summary.png"])  # fmt: skip
 
 
 def _plot(curves: dict[str, np.ndarray], path: Path) -> None:

@@ -74,17 +74,23 @@ def analyze(
     seeds = seeds or (1 if smoke else SEEDS)
     train_and_evaluate(config, out / "train", num_seeds=seeds, overwrite=overwrite)
     trainer = get_trainer(config)
-    rows, per_seed, example = [], [], None
+    rows, example = [], None
     for r, seed in enumerate(range(config.train.seed, config.train.seed + seeds)):
         model = load_run(out / "train", r)[1]
         maps = pruning.attention_maps(model, trainer.eval_batch(seed, "test"))
         stats = seed_stats(maps)
-        per_seed.append(stats)
         rows.append({"point": "trained", "seed": seed, **stats})
         example = np.asarray(maps[-1]) if example is None else example
-    names = list(per_seed[0])
-    summary = {n: mean_ci95([s[n] for s in per_seed]) for n in names}
-    table = markdown_table(["measure", f"mean ± 95% interval over {seeds} seeds"],
+    _plot(example, out / "summary.png")
+    return report_from_rows({"results.csv": rows})
+
+
+def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
+    """The record of :func:`analyze` from its rows (one per seed): table, verdict and reason."""
+    rows = tables["results.csv"]
+    names = [k for k in rows[0] if k not in ("point", "seed")]
+    summary = {n: mean_ci95([r[n] for r in rows]) for n in names}
+    table = markdown_table(["measure", f"mean ± 95% interval over {len(rows)} seeds"],
                            [[n, fmt(*summary[n])] for n in names])  # fmt: skip
     share, (multi, half) = summary["sharp_rows"][0], summary["multimodal"]
     half = 0.0 if np.isnan(half) else half
@@ -100,7 +106,6 @@ def analyze(
         verdict = "refuted"
     else:
         verdict = "inconclusive"
-    _plot(example, out / "summary.png")
     return record.analysis("head_averaging", "M4", rows, table, (verdict, reason), ["summary.png"])
 
 

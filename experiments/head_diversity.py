@@ -24,7 +24,9 @@ from attnjax.experiment import (
     sweep,
 )
 from attnjax.experiment.config import with_overrides
+from attnjax.experiment.recompute import NotRecomputable
 from attnjax.experiment.report import fmt, markdown_table, mean_ci95, new_figure, save_figure
+from attnjax.experiment.sweep import judge, summarize, sweep_report
 from attnjax.nn.positional import sinusoidal
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "head_diversity.py"
@@ -175,28 +177,54 @@ def analyze(
             for kind in ("identical", "zero"):
                 stats = head_stats(attention_maps(m, degenerate(b, kind))[0])
                 degenerate_min = min(degenerate_min, stats["similarity"], stats["entropy / log S"])
-    similarity = {k: _stats([s["similarity"] for s in v]) for k, v in trained.items()}
     limit = base.task.spec.baselines["single_direction_accuracy"]
     _plot(summary, trained, init, points, limit, out / "head_diversity.png")
-    rows = [[label(_overrides(k)), fmt(summary[_overrides(k)].mean,
-                                       summary[_overrides(k)].half_width),
-             *(fmt(*mean_ci95([s[name] for s in v])) for name in STATS)]
-            for k, v in trained.items()]  # fmt: skip
+    csv_rows = [
+        {"point": label(_overrides(k)), "seed": seed} | s for k, v in trained.items()
+        for seed, s in zip(seed_range, v, strict=True)
+    ] + [{"point": f"init {kind}", "seed": "mean"} | v for kind, v in init.items()] + [
+        {"point": DEGENERATE, "seed": "min", LEAST: degenerate_min}
+    ]  # fmt: skip
+    tables = {"results.csv": record.read_rows(out / "results.csv"), "analysis.csv": csv_rows}
+    return report_from_rows(tables, smoke)
+
+
+DEGENERATE = "identical or zero inputs"  # the row holding the least similarity or entropy
+LEAST = "least similarity or entropy / log S"  # over every model, at init and trained
+
+
+def report_from_rows(tables: dict[str, list[dict]], smoke: bool = False) -> record.Analysis:
+    """The record of :func:`analyze` from the sweep's ``results.csv`` and its own
+    ``analysis.csv``: tables, both verdicts and their reasons."""
+    rows = tables["analysis.csv"]
+    least = [r[LEAST] for r in rows if r["point"] == DEGENERATE]
+    if not least:
+        raise NotRecomputable(f"analysis.csv has no {DEGENERATE!r} row ({LEAST})")
+    experiment, points = _experiment(smoke)
+    summary, _ = summarize(experiment, tables["results.csv"])
+    accuracy, accuracy_reason = judge(experiment, summary)
+    num_seeds = len(next(iter(summary))[1].values)
+    trained = {k: [{n: r[n] for n in STATS} for r in rows if r["point"] == label(_overrides(k))]
+               for k in points}  # fmt: skip
+    init = {r["point"].removeprefix("init "): {n: r[n] for n in STATS} for r in rows
+            if r["point"].startswith("init ")}  # fmt: skip
+    similarity = {k: _stats([s["similarity"] for s in v]) for k, v in trained.items()}
+    table_rows = [[label(_overrides(k)), fmt(summary[_overrides(k)].mean,
+                                             summary[_overrides(k)].half_width),
+                   *(fmt(*mean_ci95([s[name] for s in v])) for name in STATS)]
+                  for k, v in trained.items()]  # fmt: skip
     table = (
-        markdown_table(["point", "test accuracy", *STATS], rows)
+        markdown_table(["point", "test accuracy", *STATS], table_rows)
         + "\n"
         + markdown_table(
             ["inputs (fresh MultiHeadAttention, 4 heads)", *STATS],
             [[kind, *(f"{v[k]:.4f}" for k in STATS)] for kind, v in init.items()],
         )
     )
-    csv_rows = [
-        {"point": label(_overrides(k)), "seed": seed} | s for k, v in trained.items()
-        for seed, s in zip(seed_range, v, strict=True)
-    ] + [{"point": f"init {kind}", "seed": "mean"} | v for kind, v in init.items()]  # fmt: skip
+    body = sweep_report(experiment, summary, accuracy, accuracy_reason, num_seeds)
     return record.analysis(
-        "head_diversity", "M1", csv_rows, f"{table}\n{outcome.body}",
-        verdict(similarity, degenerate_min), ["head_diversity.png"], csv_name="analysis.csv",
+        "head_diversity", "M1", rows, f"{table}\n{body}", verdict(similarity, least[0]),
+        ["head_diversity.png"], csv_name="analysis.csv",
     )  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from attnjax.experiment.report import markdown_table, new_figure, save_figure
 
 WIDTH, TOKENS = 64, 16
 HEADS = (1, 2, 4, 8, 16)
+INITS = 2048  # initializations per h
 TIGHT, LOOSE = (0.9, 1 / 0.9), (0.8, 1.25)  # "≈ 1": interval inside; "≠ 1": interval outside
 
 
@@ -74,8 +75,8 @@ def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analys
     definition); the claim is supported iff both parts are,
     refuted iff either is.
     """
-    seeds, heads = (64, (1, 4)) if smoke else (2048, HEADS)
-    rows, table, curves = [], [], {}
+    seeds, heads = (64, (1, 4)) if smoke else (INITS, HEADS)
+    rows, curves = [], {}
     for score in ("scaled_dot", "dot"):
         base_total, _ = per_seed(seeds, 1, score)
         for h in heads:
@@ -90,18 +91,28 @@ def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analys
                          "norm_ratio_low": norm[1], "norm_ratio_high": norm[2],
                          "variance_ratio": corr[0], "variance_ratio_low": corr[1],
                          "variance_ratio_high": corr[2], "one_head_variance": sigma2})  # fmt: skip
-            table.append([score, h, f"{total.mean():.4f}", f"{norm[0]:.3f} [{norm[1]:.3f}, "
-                          f"{norm[2]:.3f}]", f"{sigma2:.4f}", f"{sigma2 / h:.4f}",
-                          f"{corr[0]:.3f} [{corr[1]:.3f}, {corr[2]:.3f}]"])  # fmt: skip
-    several = heads[1:]  # at h = 1 both ratios are 1 by definition
+    _plot(curves, heads, out / "summary.png")
+    return report_from_rows({"results.csv": rows}, seeds)
+
+
+def report_from_rows(tables: dict[str, list[dict]], seeds: int = INITS) -> record.Analysis:
+    """The record of :func:`analyze` from its rows (one per score and h) and the number of
+    initializations per h it measured: table, verdict and reason."""
+    rows = tables["results.csv"]
+    at = {(r["score"], r["heads"]): r for r in rows}
+    several = [h for s, h in at if s == "scaled_dot" and h > 1]  # at h = 1 both are 1
+
+    def interval(r: dict, name: str) -> tuple[float, float, float]:
+        return r[name], r[f"{name}_low"], r[f"{name}_high"]
+
     parts = {
-        "norm": _judge([curves["scaled_dot", h][0] for h in several]),
-        "variance": _judge([curves["scaled_dot", h][1] for h in several]),
+        part: _judge([interval(at["scaled_dot", h], name) for h in several])
+        for part, name in (("norm", "norm_ratio"), ("variance", "variance_ratio"))
     }
     verdict = combine(parts.values())
-    norm_range = [curves["scaled_dot", h][0][0] for h in several]
-    var_range = [curves["scaled_dot", h][1][0] for h in several]
-    dot_range = [curves["dot", h][0][0] for h in several]
+    norm_range = [at["scaled_dot", h]["norm_ratio"] for h in several]
+    var_range = [at["scaled_dot", h]["variance_ratio"] for h in several]
+    dot_range = [at["dot", h]["norm_ratio"] for h in several]
     reason = (
         f"scaled dot, h = {several[0]}…{several[-1]} over {seeds} initializations: output "
         f"mean square / (h = 1) from {min(norm_range):.3f} to {max(norm_range):.3f} "
@@ -112,7 +123,11 @@ def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analys
     )
     header = ["score", "h", "E out² (per entry)", "÷ (h = 1) [95%]", "σ² (one head)", "σ²/h",
               "E‖Σc‖² / ΣE‖c‖² [95%]"]  # fmt: skip
-    _plot(curves, heads, out / "summary.png")
+    table = [[r["score"], r["heads"], f"{r['output_mean_square']:.4f}",
+              "{:.3f} [{:.3f}, {:.3f}]".format(*interval(r, "norm_ratio")),
+              f"{r['one_head_variance']:.4f}", f"{r['one_head_variance'] / r['heads']:.4f}",
+              "{:.3f} [{:.3f}, {:.3f}]".format(*interval(r, "variance_ratio"))]
+             for r in rows]  # fmt: skip
     body = (
         f"Width D = {WIDTH}, T = {TOKENS} tokens, {seeds} initializations per h; c_i is head "
         f"i's contribution to the output, u_i = h c_i one head's output at full size.\n\n"

@@ -13,6 +13,7 @@ from attnjax import tasks
 from attnjax.analysis import pruning
 from attnjax.experiment import load_file, load_run, record, train_and_evaluate
 from attnjax.experiment.config import task_name
+from attnjax.experiment.recompute import NotRecomputable
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "head_pruning.py"
@@ -81,21 +82,50 @@ def analyze(
                                          step_fraction=step) for i in range(orders)]  # fmt: skip
         curves[random_name] = _mean_curve(randoms)
         per_seed.append(curves)
-    curves = {name: _mean_curve([c[name] for c in per_seed]) for name in per_seed[0]}
-    _plot(curves, out / "summary.png")
-    fractions = [f for f, _ in curves["gradient importance"]]
-    rows = [[f"{f:.3f}", *(f"{c[j][1]:.3f}" for c in curves.values())]
-            for j, f in enumerate(fractions)]  # fmt: skip
-    table = f"Kept share m, mean over {seeds} seeds:\n\n" + markdown_table(
-        ["fraction pruned", *curves], rows
-    )
     rows = [{"point": name, "seed": config.train.seed + r, "fraction_pruned": f, "kept_share": m}
             for r, c in enumerate(per_seed) for name, curve in c.items()
             for f, m in curve]  # fmt: skip
+    rows += [{"point": UNPRUNED, "seed": config.train.seed + r, "loss": loss0}
+             for r, loss0 in enumerate(losses0)]  # fmt: skip
+    analysis, curves = _report(rows, bigram)
+    _plot(curves, out / "summary.png")
+    return analysis
+
+
+UNPRUNED = "unpruned"  # the rows holding each seed's unpruned test loss
+
+
+def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
+    """The record of :func:`analyze` from its rows (each order's kept share by seed and pruned
+    fraction, and each seed's unpruned loss): table, verdict and reason."""
+    rows = tables["results.csv"]
+    if not any(r["point"] == UNPRUNED for r in rows):
+        raise NotRecomputable(f"results.csv has no {UNPRUNED!r} rows (each seed's unpruned loss)")
+    bigram = load_file(_CONFIG).get_config(None).task.spec.baselines["bigram_loss"]
+    return _report(rows, bigram)[0]
+
+
+def _report(rows: list[dict], bigram: float) -> tuple[record.Analysis, dict]:
+    seeds = list(dict.fromkeys(r["seed"] for r in rows))
+    names = list(dict.fromkeys(r["point"] for r in rows if r["point"] != UNPRUNED))
+    per_seed = [{n: [(r["fraction_pruned"], r["kept_share"]) for r in rows
+                     if (r["seed"], r["point"]) == (s, n)] for n in names}
+                for s in seeds]  # fmt: skip
+    curves = {name: _mean_curve([c[name] for c in per_seed]) for name in names}
+    fractions = [f for f, _ in curves["gradient importance"]]
+    table_rows = [[f"{f:.3f}", *(f"{c[j][1]:.3f}" for c in curves.values())]
+                  for j, f in enumerate(fractions)]  # fmt: skip
+    table = f"Kept share m, mean over {len(seeds)} seeds:\n\n" + markdown_table(
+        ["fraction pruned", *curves], table_rows
+    )
     plateaus = ", ".join(f"{plateau(c['gradient importance']):.0%}" for c in per_seed)
-    verdict, reason = _verdict(curves, float(np.mean(losses0)), bigram)
+    loss0 = float(np.mean([r["loss"] for r in rows if r["point"] == UNPRUNED]))
+    verdict, reason = _verdict(curves, loss0, bigram)
     reason += f" Gradient-importance plateau per seed: {plateaus}."
-    return record.analysis("head_pruning", "M2", rows, table, (verdict, reason), ["summary.png"])
+    analysis = record.analysis(
+        "head_pruning", "M2", rows, table, (verdict, reason), ["summary.png"]
+    )
+    return analysis, curves
 
 
 def _mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:

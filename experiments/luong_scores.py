@@ -8,9 +8,9 @@ caps accuracy near 0.8) — each score at its best learning rate of a grid, on t
 from pathlib import Path
 
 from attnjax.experiment import Experiment, Stats, Summary, load_file, record, sweep
+from attnjax.experiment.record import read_rows
 from attnjax.experiment.report import fmt, markdown_table, new_figure, save_figure
-from attnjax.experiment.storage import read_csv
-from attnjax.experiment.sweep import sweep_tables
+from attnjax.experiment.sweep import summarize, sweep_tables
 
 _CONFIGS = Path(__file__).parents[1] / "configs"
 SEEDS = 5
@@ -68,32 +68,48 @@ def analyze(
     interval lies entirely below dot's, dot wins if the reverse, else a tie. The claim is
     *supported* iff general wins on no task, *refuted* iff it wins on at least one.
     """
-    rows, table, summaries = [], [], {}
+    rows = []
     seeds = seeds or (1 if smoke else SEEDS)
-    for name, (_, overrides) in TASKS.items():
-        exp = experiment(name, smoke)
+    for name in TASKS:
         # One point at a time: the Markov config's evaluations (attention diagnostics) deadlock
         # XLA's CPU runtime when two points run in threads, as in the QK-norm experiment.
-        outcome = sweep(exp, out / name, num_seeds=seeds, overwrite=overwrite, workers=1)
-        summaries[name] = outcome.summary
-        rows += [{"task": name} | r for r in read_csv(out / name / "results.csv")]
-        dot, general = (outcome.summary[overrides | p] for p in (DOT, GENERAL))
+        sweep(experiment(name, smoke), out / name, num_seeds=seeds, overwrite=overwrite,
+              workers=1)  # fmt: skip
+        rows += [{"task": name} | r for r in read_rows(out / name / "results.csv")]
+    analysis, summaries = _report(rows, smoke)
+    _plot(summaries, out / "summary.png")
+    return analysis
+
+
+def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
+    """The record of :func:`analyze` from its rows (every task's sweep rows): tables, verdict
+    and reason."""
+    return _report(tables["results.csv"])[0]
+
+
+def _report(rows: list[dict], smoke: bool = False) -> tuple[record.Analysis, dict[str, Summary]]:
+    table, summaries = [], {}
+    for name, (_, overrides) in TASKS.items():
+        exp = experiment(name, smoke)
+        summaries[name], _ = summarize(exp, [r for r in rows if r["task"] == name])
+        dot, general = (summaries[name][overrides | p] for p in (DOT, GENERAL))
         table.append([name, f"{fmt(dot.mean, dot.half_width)} (lr {dot.learning_rate:g})",
                       f"{fmt(general.mean, general.half_width)} (lr {general.learning_rate:g})",
                       winner(dot, general)])  # fmt: skip
     winners = {row[0]: row[-1] for row in table}
     result = verdict(winners)
+    seeds = len({r["seed"] for r in rows})
     reason = (
         "; ".join(
             f"{task}: dot {dot}, general {general} → {win}" for task, dot, general, win in table
         )
         + f" (test loss, nats, mean ± 95% interval over {seeds} seeds)."
     )
-    _plot(summaries, out / "summary.png")
     body = markdown_table(["task", "dot: test loss", "general: test loss", "lower loss"], table)
     for name, summary in summaries.items():
         body += f"\n\n**{name}.** " + sweep_tables(experiment(name, smoke), summary)
-    return record.analysis("luong_scores", "S3", rows, body, (result, reason), ["summary.png"])
+    analysis = record.analysis("luong_scores", "S3", rows, body, (result, reason), ["summary.png"])
+    return analysis, summaries
 
 
 def _plot(summaries: dict[str, Summary], path: Path) -> None:

@@ -27,7 +27,7 @@ from attnjax.experiment import (
 )
 from attnjax.experiment.config import with_overrides
 from attnjax.experiment.report import fmt, markdown_table, mean_ci95, new_figure, save_figure
-from attnjax.experiment.sweep import point_key, sweep_tables
+from attnjax.experiment.sweep import point_key, summarize, sweep_tables
 
 _CONFIG = Path(__file__).parents[1] / "configs" / "positional_amplitude.py"
 AMPLITUDES = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
@@ -178,21 +178,7 @@ def analyze(
     optimum = base.task.spec.baselines["optimal_accuracy"]
     _plot(summary, (init, trained), lengths, t, optimum,
           out / "positional_amplitude.png")  # fmt: skip
-    rows = [[label(p), fmt(s.mean, s.half_width),
-             *(f"{init[point_key(p)][k]:.3f}" for k in STATS),
-             *(f"{trained[point_key(p)][k]:.3f}" for k in STATS)]
-            for p, s in summary]  # fmt: skip
-    header = ["point", "test accuracy", *(f"{k} (init)" for k in STATS), *STATS]
-    length_rows = [[label(dict(name)), *(fmt(*mean_ci95(a)) if isinstance(a, list) else a
-                            for a in accs.values())] for name, accs in lengths.items()]  # fmt: skip
-    length_header = ["encoding", *(f"T = {f * t}, positions ≥ {t}" if f > 1 else f"T = {t}"
-                                   for f in factors)]  # fmt: skip
-    table = "\n".join([
-        sweep_tables(experiment, summary),
-        markdown_table(header, rows),
-        markdown_table(length_header, length_rows),
-    ])  # fmt: skip
-    csv_rows = [
+    rows = [
         {"point": label(p), "seed": seed_range[r], "test_accuracy": v}
         | {f"trained {k}": trained[point_key(p)][k] for k in STATS}
         | {f"init {k}": init[point_key(p)][k] for k in STATS}
@@ -202,8 +188,63 @@ def analyze(
         for name, accs in lengths.items() for f, a in accs.items() if isinstance(a, list)
         for r, v in enumerate(a)
     ]  # fmt: skip
+    tables = {"results.csv": record.read_rows(out / "results.csv"), "analysis.csv": rows}
+    return report_from_rows(tables, smoke)
+
+
+def _lengths(rows: list[dict], experiment: Experiment, factors) -> dict:
+    """Accuracy past the trained length by encoding and length factor, from the analysis rows:
+    the seeds' accuracies, or, for a length without rows, the error text of the encoding's
+    model (built untrained) on a batch of that length."""
+    base, t = experiment.base, experiment.base.task.seq_len
+    lengths = {}
+    for point in (SINUSOIDAL, LEARNED, ROPE):
+        if point not in experiment.points:
+            continue
+        lengths[point_key(point)] = accs = {}
+        for f in factors:
+            name = f"{label(point)} length={f * t}"
+            accs[f] = [r["test_accuracy"] for r in rows if r["point"] == name]
+            if not accs[f]:
+                config = with_overrides(base, point)
+                task = dataclasses.replace(base.task, seq_len=f * t)
+                batch = tasks.get("markov").generate(jax.random.key(0), 1, task)
+                accs[f] = length_accuracy([nn.build(config.model, nnx.Rngs(0))], [batch], t)
+                if isinstance(accs[f], list):
+                    raise ValueError(f"analysis.csv: no rows for {name}, which the model takes")
+    return lengths
+
+
+def report_from_rows(tables: dict[str, list[dict]], smoke: bool = False) -> record.Analysis:
+    """The record of :func:`analyze` from the sweep's ``results.csv`` and its own
+    ``analysis.csv``: tables, verdict and reason."""
+    experiment = _experiment(smoke)
+    factors = (1, 4) if smoke else LENGTH_FACTORS
+    summary, _ = summarize(experiment, tables["results.csv"])
+    rows, t = tables["analysis.csv"], experiment.base.task.seq_len
+    first = {r["point"]: r for r in reversed(rows)}  # the stats are seed means, on every row
+    trained, init = (
+        {point_key(p): {k: first[label(p)][f"{when} {k}"] for k in STATS} for p, _ in summary}
+        for when in ("trained", "init")
+    )
+    lengths = _lengths(rows, experiment, factors)
+    table_rows = [[label(p), fmt(s.mean, s.half_width),
+                   *(f"{init[point_key(p)][k]:.3f}" for k in STATS),
+                   *(f"{trained[point_key(p)][k]:.3f}" for k in STATS)]
+                  for p, s in summary]  # fmt: skip
+    header = ["point", "test accuracy", *(f"{k} (init)" for k in STATS), *STATS]
+    length_rows = [[label(dict(name)), *(fmt(*mean_ci95(a)) if isinstance(a, list) else a
+                            for a in accs.values())] for name, accs in lengths.items()]  # fmt: skip
+    length_header = ["encoding", *(f"T = {f * t}, positions ≥ {t}" if f > 1 else f"T = {t}"
+                                   for f in factors)]  # fmt: skip
+    table = "\n".join([
+        sweep_tables(experiment, summary),
+        markdown_table(header, table_rows),
+        markdown_table(length_header, length_rows),
+    ])  # fmt: skip
+    optimum = experiment.base.task.spec.baselines["optimal_accuracy"]
     return record.analysis(
-        "positional_amplitude", "S7", csv_rows, table, verdict(summary, optimum, trained),
+        "positional_amplitude", "S7", rows, table, verdict(summary, optimum, trained),
         ["summary.png", "positional_amplitude.png"], csv_name="analysis.csv",
     )  # fmt: skip
 

@@ -125,9 +125,6 @@ def analyze(
     sweeps = {qk: lr_sweep(with_overrides(config, {"model.qk_norm": qk}), out / f"qk_norm={qk}",
                            lrs, seeds, overwrite) for qk in (False, True)}  # fmt: skip
     forced = forced_logits(config, out / "forced_logits", kappas, seeds, overwrite)
-    spec = config.task.spec.baselines
-    _plot(lrs, sweeps, kappas, forced, spec, out / "summary.png")
-    table = _tables(lrs, sweeps, kappas, forced, spec, config.optim.learning_rate)
     chosen = {qk: _best(sweep) for qk, sweep in sweeps.items()}
     rows = [
         {"point": f"qk_norm={qk}", "seed": config.train.seed + s, "learning_rate": lr,
@@ -142,6 +139,38 @@ def analyze(
         | {f"test_{m}": float(forced[m][i, s]) for m in METRICS}
         for i, k in enumerate(kappas) for s in range(seeds)
     ]  # fmt: skip
+    _plot(lrs, sweeps, kappas, forced, config.task.spec.baselines, out / "summary.png")
+    return report_from_rows({"results.csv": rows}, smoke)
+
+
+def from_rows(rows: list[dict]) -> tuple[list, dict, list, dict]:
+    """``(lrs, sweeps, kappas, forced)`` as :func:`lr_sweep` and :func:`forced_logits` give
+    them, from the analysis rows (learning-rate major, then seed; ``loss0`` in float32, as
+    measured)."""
+
+    def arrays(group: list[dict], steps: list, columns: dict[str, str]) -> dict[str, np.ndarray]:
+        return {name: np.array([r[c] for r in group]).reshape(len(steps), -1)
+                for name, c in columns.items()}  # fmt: skip
+
+    columns = {m: f"test_{m}" for m in METRICS} | {"valid_loss": "valid_loss"}
+    sweeps, lrs = {}, []
+    for qk in (False, True):
+        group = [r for r in rows if r["point"] == f"qk_norm={qk}"]
+        lrs = list(dict.fromkeys(r["learning_rate"] for r in group))
+        seeds = len(group) // len(lrs)
+        loss0 = np.array([r["loss0"] for r in group[:seeds]], np.float32)
+        sweeps[qk] = arrays(group, lrs, columns) | {"loss0": loss0}
+    group = [r for r in rows if r["kappa"] is not None]
+    kappas = list(dict.fromkeys(r["kappa"] for r in group))
+    return lrs, sweeps, kappas, arrays(group, kappas, columns)
+
+
+def report_from_rows(tables: dict[str, list[dict]], smoke: bool = False) -> record.Analysis:
+    """The record of :func:`analyze` from its rows (one per run): tables, verdict and reason."""
+    config = load_file(_CONFIG).get_config("smoke" if smoke else None)
+    rows, spec = tables["results.csv"], config.task.spec.baselines
+    lrs, sweeps, kappas, forced = from_rows(rows)
+    table = _tables(lrs, sweeps, kappas, forced, spec, config.optim.learning_rate)
     verdict = _verdict(lrs, sweeps, kappas, forced, spec)
     return record.analysis("qk_norm", "S6", rows, table, verdict, ["summary.png"])
 

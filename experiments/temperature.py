@@ -58,13 +58,22 @@ def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analys
     values = jax.random.normal(kv, (samples, NUM_KEYS, HEAD_DIM))
     direction = jax.random.normal(kg, (samples, HEAD_DIM)) / math.sqrt(HEAD_DIM)
     stats = [temperature_stats(scores, values, direction, float(t)) for t in taus]
+    _plot(taus, stats, out / "summary.png")
+    rows = [{"point": f"tau={t:.4g}", "seed": 0, "tau": float(t)} | s
+            for t, s in zip(taus, stats, strict=True)]  # fmt: skip
+    return report_from_rows({"results.csv": rows})
+
+
+def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
+    """The record of :func:`analyze` from its rows (one per τ): table, verdict and reason."""
+    rows = tables["results.csv"]
+    taus = [r["tau"] for r in rows]
+    stats = [{k: v for k, v in r.items() if k not in ("point", "seed", "tau")} for r in rows]
     names = list(stats[0])
     table = markdown_table(
         ["τ", *names],
         [[f"{t:.3g}", *(f"{s[n]:.3g}" for n in names)] for t, s in zip(taus, stats, strict=True)],
     )
-    _plot(taus, stats, out / "summary.png")
-
     checks, ratios = {}, {}
     for name in ("‖∂w/∂z‖ median", "‖∂L/∂z‖ median"):
         curve = np.array([s[name] for s in stats])
@@ -84,8 +93,6 @@ def analyze(out: Path, smoke: bool, *, overwrite: bool = False) -> record.Analys
         verdict = "supported"
     else:
         verdict = "refuted" if any(max(r) >= 0.1 for r in ratios.values()) else "inconclusive"
-    rows = [{"point": f"tau={t:.4g}", "seed": 0, "tau": float(t)} | s
-            for t, s in zip(taus, stats, strict=True)]  # fmt: skip
     return record.analysis("temperature", "S5", rows, table, (verdict, reason), ["summary.png"])
 
 

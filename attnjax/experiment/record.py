@@ -58,20 +58,45 @@ def verdict_lines(verdicts: Mapping[str, tuple[str, str]], smoke: bool = False) 
     return "".join(f"verdict {c}: {SMOKE if smoke else v}\n" for c, (v, _) in verdicts.items())
 
 
+def report_text(
+    verdicts: Mapping[str, tuple[str, str]], bodies: Sequence[str], smoke: bool = False
+) -> str:
+    """``report.md``'s text: the verdict lines, then each section. A ``smoke`` report judges
+    no claim: its verdict lines say so, and a note and every section's title say smoke."""
+    text = "\n".join(bodies)
+    if smoke:
+        text = report.SMOKE_NOTE + re.sub(
+            r"^# (.+)$", lambda m: f"# {report.smoke_title(m[1], True)}", text, flags=re.M
+        )
+    return verdict_lines(verdicts, smoke) + "\n" + text
+
+
 def write_report(
     out: Path,
     verdicts: Mapping[str, tuple[str, str]],
     bodies: Sequence[str],
     smoke: bool = False,
 ) -> None:
-    """``report.md``: the verdict lines, then each section. A ``smoke`` report judges no
-    claim: its verdict lines say so, and a note and every section's title say smoke."""
-    text = "\n".join(bodies)
-    if smoke:
-        text = report.SMOKE_NOTE + re.sub(
-            r"^# (.+)$", lambda m: f"# {report.smoke_title(m[1], True)}", text, flags=re.M
-        )
-    (out / "report.md").write_text(verdict_lines(verdicts, smoke) + "\n" + text)
+    """``report.md`` (:func:`report_text`)."""
+    (out / "report.md").write_text(report_text(verdicts, bodies, smoke))
+
+
+def parse_cell(text: str) -> Any:
+    """A CSV cell as the value that was written: ``""`` → None, ``True``/``False``, an int, a
+    float (``str(float)`` round-trips exactly), else the text."""
+    if text in ("", "True", "False"):
+        return {"": None, "True": True, "False": False}[text]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """A record's CSV, each cell parsed back to its value (:func:`parse_cell`)."""
+    return [{k: parse_cell(v) for k, v in r.items()} for r in storage.read_csv(path)]
 
 
 def check_folder(out: Path, kind: str, source: str | Path, overwrite: bool) -> None:

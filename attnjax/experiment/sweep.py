@@ -217,24 +217,48 @@ def sweep(
     workers = 1 if jax.process_count() > 1 else workers
     with ThreadPoolExecutor(max_workers=workers) as pool:
         all_rows = list(pool.map(train_point, range(len(experiment.points)), experiment.points))
-    table, entries = [], []
-    for point, rows in zip(experiment.points, all_rows, strict=True):
-        stats = point_stats(rows, experiment)
-        entries.append((point, stats))
-        table += [
-            {k: v for k, v in r.items() if k != "flops_per_step"}
-            | {"chosen": r["learning_rate"] == stats.learning_rate}
-            for r in rows
-        ]
-    summary = Summary(entries)
-    verdict, reason = experiment.verdict(summary)
-    if verdict not in VERDICTS:
-        raise ValueError(f"verdict: expected one of {VERDICTS}, got {verdict!r}")
+    summary, table = summarize(experiment, [r for rows in all_rows for r in rows])
+    verdict, reason = judge(experiment, summary)
     if jax.process_index() == 0:
-        storage.write_csv(out / "results.csv", _column_order(table))
+        storage.write_csv(out / "results.csv", table)
         plot_summary(summary, experiment, out / "summary.png", smoke=smoke)
     body = sweep_report(experiment, summary, verdict, reason, num_seeds)
     return Outcome(summary, experiment.claim_id, verdict, reason, body, folders)
+
+
+def summarize(
+    experiment: Experiment, rows: Sequence[Mapping[str, Any]]
+) -> tuple[Summary, list[dict[str, Any]]]:
+    """The :class:`Summary` of a sweep's run rows (every point, seed and learning rate, each
+    naming its point by its label in ``point``) and the ``results.csv`` table they make: each
+    point's overrides as the experiment declares them and ``chosen`` marking its best rate."""
+    names = labels(experiment.points)
+    by_name: dict[str, list[Mapping[str, Any]]] = {n: [] for n in names}
+    for r in rows:
+        if r["point"] not in by_name:
+            raise ValueError(f"results.csv: rows of an unknown point {r['point']!r}")
+        by_name[r["point"]].append(r)
+    if missing := [n for n, group in by_name.items() if not group]:
+        raise ValueError(f"results.csv: no rows for the points {missing}")
+    entries, table = [], []
+    for point, name in zip(experiment.points, names, strict=True):
+        stats = point_stats(by_name[name], experiment)
+        entries.append((point, stats))
+        table += [
+            {k: v for k, v in r.items() if k != "flops_per_step"}
+            | dict(point)
+            | {"chosen": r["learning_rate"] == stats.learning_rate}
+            for r in by_name[name]
+        ]
+    return Summary(entries), _column_order(table)
+
+
+def judge(experiment: Experiment, summary: Summary) -> tuple[str, str]:
+    """``experiment.verdict(summary)``, checked to be one of :data:`VERDICTS`."""
+    verdict, reason = experiment.verdict(summary)
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict: expected one of {VERDICTS}, got {verdict!r}")
+    return verdict, reason
 
 
 def check_points(
