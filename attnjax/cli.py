@@ -22,7 +22,7 @@ from attnjax.attention import attention
 from attnjax.experiment import audit as experiment_audit
 from attnjax.experiment import claims as experiment_claims
 from attnjax.experiment import recompute, record, report, storage
-from attnjax.experiment.sweep import check_points, edge_points, summary_table
+from attnjax.experiment.sweep import check_points, edge_points, summarize, summary_table
 from attnjax.scores import dot, scaled_dot
 
 
@@ -336,7 +336,7 @@ def audit(args: argparse.Namespace) -> None:
     for name in names:
         exp, rows = _audited(root, name)
         print(f"auditing {name} ({args.draws} bootstrap draws)", file=sys.stderr)
-        summary = experiment_audit.summary_from_rows(exp, rows)
+        summary = summarize(exp, rows)[0]
         audits[name] = experiment_audit.audit(exp, summary, draws=args.draws)
     print(experiment_audit.audit_table(audits))
 
@@ -344,13 +344,14 @@ def audit(args: argparse.Namespace) -> None:
 @_usage_errors
 def _audited(root: Path, name: str):
     """``(experiment, results.csv rows)`` of the committed record of ``name``."""
-    path, record = root / "experiments" / f"{name}.py", root / "results" / name / "results.csv"
-    if not path.is_file() or not record.is_file():
-        raise ValueError(f"experiment: {name} needs experiments/{name}.py and {record}")
+    path = root / "experiments" / f"{name}.py"
+    record_path = root / "results" / name / "results.csv"
+    if not path.is_file() or not record_path.is_file():
+        raise ValueError(f"experiment: {name} needs experiments/{name}.py and {record_path}")
     module = experiment.load_file(path)
     if not hasattr(module, "get_experiment"):
         raise ValueError(f"experiment: {name} is an analysis (no get_experiment()); not audited")
-    return module.get_experiment(), storage.read_csv(record)
+    return module.get_experiment(), record.read_rows(record_path)
 
 
 def _compile_cache() -> None:

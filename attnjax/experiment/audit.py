@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from attnjax.experiment.report import METRIC_RANGES, mean_ci95
-from attnjax.experiment.sweep import VERDICTS, Experiment, Stats, Summary, labels, point_stats
+from attnjax.experiment.sweep import VERDICTS, Experiment, Stats, Summary
 
 FRAGILE_BELOW = 0.9  # bootstrap agreement under which a verdict is fragile
 SYNTHETIC_DRAWS = 400  # random synthetic summaries per reachability check
@@ -134,31 +134,3 @@ def audit_table(audits: dict[str, Audit]) -> str:
             f"{a.agreement:.1%} of {a.draws} | {', '.join(a.flags) or '–'} |"
         )
     return "\n".join(rows) + "\n"
-
-
-def summary_from_rows(experiment: Experiment, rows: Sequence[dict[str, str]]) -> Summary:
-    """The sweep's :class:`Summary` recomputed from its ``results.csv`` rows (as read, text):
-    each point's rows found by its label, its stats as the sweep computed them."""
-    by_label: dict[str, list[dict[str, object]]] = {}
-    for row in rows:
-        by_label.setdefault(row["point"], []).append({k: _number(v) for k, v in row.items()})
-    names = labels(experiment.points)
-    missing = [n for n in names if n not in by_label]
-    if missing:
-        raise ValueError(f"results.csv: no rows for the points {missing}")
-    return Summary(
-        [
-            (p, point_stats(by_label[n], experiment))
-            for p, n in zip(experiment.points, names, strict=True)
-        ]
-    )
-
-
-def _number(text: str) -> object:
-    """A CSV cell as an int or float where it is one, else the text."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text

@@ -7,10 +7,10 @@ import pytest
 
 from attnjax import cli
 from attnjax.experiment import Experiment, Summary
-from attnjax.experiment.audit import audit, summary_from_rows
+from attnjax.experiment.audit import audit
+from attnjax.experiment.record import read_rows
 from attnjax.experiment.report import mean_ci95
-from attnjax.experiment.storage import read_csv
-from attnjax.experiment.sweep import Stats
+from attnjax.experiment.sweep import Stats, summarize
 
 ROOT = pathlib.Path(__file__).parents[2]
 POINTS = ({"model.score": "dot"}, {"model.score": "additive"})
@@ -68,8 +68,8 @@ def test_a_committed_record_recomputes_its_verdict_and_is_audited(capsys):
     from attnjax.experiment import load_file
 
     experiment = load_file(ROOT / "experiments" / "mqa_ordering.py").get_experiment()
-    rows = read_csv(ROOT / "results" / "mqa_ordering" / "results.csv")
-    verdict = experiment.verdict(summary_from_rows(experiment, rows))[0]
+    rows = read_rows(ROOT / "results" / "mqa_ordering" / "results.csv")
+    verdict = experiment.verdict(summarize(experiment, rows)[0])[0]
     report = (ROOT / "results" / "mqa_ordering" / "report.md").read_text()
     assert f"verdict {experiment.claim_id}: {verdict}" in report
     cli.main(["audit", "mqa_ordering", "--root", str(ROOT), "--draws", "20"])
