@@ -22,7 +22,7 @@ from attnjax.attention import attention
 from attnjax.experiment import audit as experiment_audit
 from attnjax.experiment import claims as experiment_claims
 from attnjax.experiment import recompute, record, report, storage
-from attnjax.experiment.sweep import check_points, edge_points, summarize, summary_table
+from attnjax.experiment.sweep import check_points, edge_points, summary_table
 from attnjax.scores import dot, scaled_dot
 
 
@@ -304,12 +304,12 @@ def claims(args: argparse.Namespace) -> None:
     root = _claims_root(args.root)
     changed = experiment_claims.update(root, check=args.check)
     problems = experiment_claims.problems(root) + (changed if args.check else [])
-    if problems:
-        raise SystemExit("claims: " + "; ".join(problems) + " (run `attnjax claims`)")
-    if args.check:
+    if args.check:  # a record that its own tables contradict comes first
         differ, unchecked = recompute.differences(root, experiment_claims.EXPERIMENTS)
         if differ:
             raise SystemExit("claims: records differ from their tables: " + "; ".join(differ))
+    if problems:
+        raise SystemExit("claims: " + "; ".join(problems) + " (run `attnjax claims`)")
     print(experiment_claims.blocks(root)["readme"])
     if args.check:
         print(f"up to date: {', '.join(experiment_claims.TARGETS)} ({root})")
@@ -321,37 +321,19 @@ def claims(args: argparse.Namespace) -> None:
         print(f"rewritten ({root}): " + ("; ".join(changed) or "none (already up to date)"))
 
 
+@_usage_errors
 def audit(args: argparse.Namespace) -> None:
     """Audit the verdict rule of each trained sweep with a committed record (``results/<name>/
     results.csv``), or of the experiments named: the verdicts it can reach, the bootstrap
     agreement of its committed verdict, its edge learning rates (:mod:`attnjax.experiment.
     audit`); print the table."""
     root = _claims_root(args.root)
-    names = args.experiments or sorted(
-        p.parent.name for p in (root / "results").glob("*/results.csv")
-        if hasattr(experiment.load_file(root / "experiments" / f"{p.parent.name}.py"),
-                   "get_experiment")
-    )  # fmt: skip
-    audits = {}
-    for name in names:
-        exp, rows = _audited(root, name)
+
+    def progress(name: str) -> None:
         print(f"auditing {name} ({args.draws} bootstrap draws)", file=sys.stderr)
-        summary = summarize(exp, rows)[0]
-        audits[name] = experiment_audit.audit(exp, summary, draws=args.draws)
+
+    audits = experiment_audit.audit_records(root, args.experiments, args.draws, progress)
     print(experiment_audit.audit_table(audits))
-
-
-@_usage_errors
-def _audited(root: Path, name: str):
-    """``(experiment, results.csv rows)`` of the committed record of ``name``."""
-    path = root / "experiments" / f"{name}.py"
-    record_path = root / "results" / name / "results.csv"
-    if not path.is_file() or not record_path.is_file():
-        raise ValueError(f"experiment: {name} needs experiments/{name}.py and {record_path}")
-    module = experiment.load_file(path)
-    if not hasattr(module, "get_experiment"):
-        raise ValueError(f"experiment: {name} is an analysis (no get_experiment()); not audited")
-    return module.get_experiment(), record.read_rows(record_path)
 
 
 def _compile_cache() -> None:

@@ -15,13 +15,16 @@ Analysis experiments (measurements of ``analyze``) are not audited here.
 """
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from attnjax.experiment.record import read_rows
 from attnjax.experiment.report import METRIC_RANGES, mean_ci95
-from attnjax.experiment.sweep import VERDICTS, Experiment, Stats, Summary
+from attnjax.experiment.sweep import VERDICTS, Experiment, Stats, Summary, summarize
 
 FRAGILE_BELOW = 0.9  # bootstrap agreement under which a verdict is fragile
 SYNTHETIC_DRAWS = 400  # random synthetic summaries per reachability check
@@ -134,3 +137,49 @@ def audit_table(audits: dict[str, Audit]) -> str:
             f"{a.agreement:.1%} of {a.draws} | {', '.join(a.flags) or '–'} |"
         )
     return "\n".join(rows) + "\n"
+
+
+def audited(root: Path) -> list[str]:
+    """The trained sweeps with a committed record under ``root``: ``results/<name>/results.csv``
+    beside ``experiments/<name>.py`` that defines ``get_experiment()``."""
+    names = []
+    for table in sorted((root / "results").glob("*/results.csv")):
+        path = root / "experiments" / f"{table.parent.name}.py"
+        if path.is_file() and "def get_experiment(" in path.read_text():
+            names.append(table.parent.name)
+    return names
+
+
+def audit_records(
+    root: Path,
+    names: Sequence[str] = (),
+    draws: int = 1000,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Audit]:
+    """The audit of each named committed record (default: every :func:`audited` one); every
+    name is checked before any is audited; ``progress(name)`` before each."""
+    names = list(names or audited(root))
+    for name in names:
+        path, table = root / "experiments" / f"{name}.py", root / "results" / name / "results.csv"
+        if not path.is_file() or not table.is_file():
+            raise ValueError(f"experiment: {name} needs experiments/{name}.py and {table}")
+        if "def get_experiment(" not in path.read_text():
+            raise ValueError(f"experiment: {name} is an analysis (no get_experiment())")
+    found = {}
+    for name in names:
+        if progress is not None:
+            progress(name)
+        path, table = root / "experiments" / f"{name}.py", root / "results" / name / "results.csv"
+        found[name] = _audit_record(str(path), path.read_text(), table.read_text(), draws)
+    return found
+
+
+@functools.cache
+def _audit_record(path: str, source: str, table: str, draws: int) -> Audit:
+    """One record's audit, cached by the experiment's source and table (``source`` and
+    ``table`` are the cache key; a test or a check that audits them again gets it free)."""
+    from attnjax.experiment import load_file  # the package imports this module
+
+    experiment = load_file(path).get_experiment()
+    rows = read_rows(Path(path).parents[1] / "results" / Path(path).stem / "results.csv")
+    return audit(experiment, summarize(experiment, rows)[0], draws=draws)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from attnjax.experiment import storage
+from attnjax.experiment.audit import audit_records, audit_table
 from attnjax.experiment.report import markdown_table
 
 BLOCK = re.compile(
@@ -113,6 +114,7 @@ def blocks(root: Path) -> dict[str, str]:
     """Every generated block's content, from ``root/results/``."""
     records = {e: read_record(root / "results" / e) for e in EXPERIMENTS}
     out = {"summary": summary_block(records), "readme": readme_block(records)}
+    out["audit"] = audit_table(audit_records(root))
     for name, record in records.items():
         out[f"results:{name}"] = results_block(name, record)
     return out
@@ -174,7 +176,7 @@ def rewrite(text: str, contents: dict[str, str], on_change: Callable[[str], None
 
 
 TARGETS = {  # file: the blocks it must hold
-    "docs/claims.md": ("summary", *(f"results:{e}" for e in EXPERIMENTS)),
+    "docs/claims.md": ("summary", "audit", *(f"results:{e}" for e in EXPERIMENTS)),
     "README.md": ("readme",),
 }
 

@@ -40,7 +40,10 @@ def test_claims_writes_blocks_and_check_names_stale_ones(tmp_path, capsys):
     cli.main(["claims", "--root", str(root)])
     printed = capsys.readouterr().out  # the verdicts, and what it rewrote
     assert f"| E2 {claims.CLAIMS[1].title} | `xor_bits` | refuted |" in printed
-    assert "docs/claims.md: summary; docs/claims.md: results:xor_relation;" in printed
+    assert (
+        "docs/claims.md: summary; docs/claims.md: audit; docs/claims.md: results:xor_relation;"
+        in printed
+    )
     assert claims.update(root, check=True) == []
     cli.main(["claims", "--root", str(root), "--check"])
     docs = (root / "docs" / "claims.md").read_text()
