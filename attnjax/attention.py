@@ -47,6 +47,7 @@ def attention(
     temperature: Float[ArrayLike, "..."] | float | None = None,
     return_weights: bool = False,
     return_residual: bool = False,
+    return_lse: bool = False,
     implementation: str | None = None,
     block_sizes: BlockSizes | None = None,
     score_mod: ScoreMod | None = None,
@@ -84,9 +85,12 @@ def attention(
     among a row's visible logits makes the row NaN; ``-inf`` logits are masked keys, so a
     row whose visible logits are all ``-inf`` is a row with no visible key (``jax.nn``: NaN).
 
-    Returns ``output [B, T, N, Hv]`` in the query's dtype; with ``return_weights`` also
-    ``weights [B, N, T, S]`` (float32); with ``return_residual`` also the log-sum-exp
-    ``[B, N, T]`` (float32, ``-inf`` for rows with no visible key).
+    Returns ``output [B, T, N, Hv]`` in the query's dtype, then, in this order, what is asked:
+    ``return_weights``: ``weights [B, N, T, S]`` (float32); ``return_residual``: the
+    log-sum-exp as ``jax.nn`` returns it, ``[B, T, N]`` in the query's dtype with its gradient
+    stopped; ``return_lse``: attnjax's log-sum-exp ``[B, N, T]`` in float32, differentiable
+    (sequence-parallel merges and pattern recomputation use it). Both are ``-inf`` for rows
+    with no visible key (``jax.nn``: a large finite negative).
 
     ``implementation``: ``"xla"`` (dense: materializes the logits), ``"chunked"`` (online
     softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (Pallas
@@ -105,10 +109,10 @@ def attention(
         output, weights, lse = _cudnn(query, key, value, call)
     else:
         output, weights, lse = IMPLEMENTATIONS[implementation](query, key, value, call)
+    residual = jax.lax.stop_gradient(jnp.swapaxes(lse, 1, 2).astype(query.dtype))
+    extras = (weights,) * return_weights + (residual,) * return_residual + (lse,) * return_lse
     if not batched:
-        output, lse = output[0], lse[0]
-        weights = None if weights is None else weights[0]
-    extras = (weights,) * return_weights + (lse,) * return_residual
+        output, extras = output[0], tuple(x[0] for x in extras)
     return (output, *extras) if extras else output
 
 
@@ -192,7 +196,8 @@ def _cudnn_refuses(call: AttentionCall) -> str | None:
 
 
 def _cudnn(query, key, value, call: AttentionCall):
-    """``jax.nn.dot_product_attention(implementation="cudnn")``: ``(output, None, lse)``.
+    """``jax.nn.dot_product_attention(implementation="cudnn")``: ``(output, None, lse)``
+    (its residual ``[B, T, N]`` back in attnjax's float32 ``[B, N, T]``).
 
     Rows with no visible key follow cuDNN, not attnjax's convention (see ``docs/tiled.md``).
     """
@@ -212,4 +217,4 @@ def _cudnn(query, key, value, call: AttentionCall):
         implementation="cudnn",
         return_residual=True,
     )
-    return output, None, lse
+    return output, None, jnp.swapaxes(lse, 1, 2).astype(jnp.float32)

@@ -28,7 +28,7 @@ from attnjax.masks import (
 )
 from attnjax.masks.checks import check_closure, check_signature, read_paths, run_mod, same_mod
 from attnjax.scores import SCORES
-from attnjax.tiling import BlockSizes
+from attnjax.tiling import BlockSizes, as_4d
 
 ScoreFn = Callable[[Array, Array, Any], Float[Array, "B N T S"]]
 ScoreMod = Callable[..., Float[Array, "B N T S"]]
@@ -381,7 +381,8 @@ def _check_qkv(query: Array, key: Array, value: Array) -> None:
 def _check_broadcast(
     name: str, x: ArrayLike | None, logits_shape: tuple[int, ...], batched: bool
 ) -> Array | None:
-    """``x`` must broadcast to ``[B, N, T, S]`` (``[N, T, S]`` for unbatched inputs)."""
+    """``x`` must broadcast to ``[B, N, T, S]`` (``[N, T, S]`` for unbatched inputs); returned
+    4-D (size-1 axes prefixed), so it broadcasts without rank promotion."""
     if x is None:
         return None
     x = jnp.asarray(x)
@@ -392,7 +393,7 @@ def _check_broadcast(
         ok = False
     if not ok:
         raise ValueError(f"{name}: shape {x.shape} does not broadcast to {target} ([B, N, T, S])")
-    return x if batched else x[None]
+    return as_4d(x)
 
 
 def _check_temperature(temperature: ArrayLike | None) -> Array | None:

@@ -236,7 +236,7 @@ def _forward(config, q, k, v, diff, rest, schedule):
         count = schedule.key_counts[i] if config.rules else k.shape[2] // bk
         return online_finish(jax.lax.fori_loop(0, count, body, init))
 
-    out, lse = jax.lax.map(query_block, jnp.arange(tq // bq))
+    out, lse = jax.lax.map(query_block, jnp.arange(tq // bq, dtype=jnp.int32))
     out = jnp.moveaxis(out, 0, 2).reshape(batch, heads, tq, hv)
     return out, jnp.moveaxis(lse, 0, 2).reshape(batch, heads, tq)
 
@@ -323,7 +323,7 @@ def _attention_bwd(config, residuals, cotangents):
         zeros(mod_floats),
     )
     (dq, d_params, d_bias, d_temp, d_mod), (dk, dv) = jax.lax.scan(
-        key_block, init, jnp.arange(ts // bk)
+        key_block, init, jnp.arange(ts // bk, dtype=jnp.int32)
     )
     dk, dv = (jnp.moveaxis(x, 0, 2).reshape((*x.shape[1:3], ts, x.shape[-1])) for x in (dk, dv))
     cast = functools.partial(jax.tree.map, lambda g, x: g.astype(x.dtype))

@@ -30,7 +30,8 @@ def scaled_dot(
     """``scale · q · k``; ``scale`` defaults to ``1/sqrt(H)`` (Vaswani et al., 2017)."""
     if scale is None:
         scale = 1.0 / jnp.sqrt(jnp.shape(q)[-1])
-    return dot(q, k) * _per_batch(scale)
+    logits = dot(q, k)
+    return logits * _per_batch(scale, logits.ndim - 2)
 
 
 def bilinear(
@@ -61,7 +62,7 @@ def additive(
         + jnp.einsum("...sh,...ha->...sa", k, w_k)[..., None, :, :]
     )
     if b is not None:
-        hidden = hidden + jnp.asarray(b)[..., None, None, :]
+        hidden = hidden + _per_batch(b, hidden.ndim - 3, core=1)
     return jnp.einsum("...tsa,...a->...ts", activation(hidden), v)
 
 
@@ -76,7 +77,8 @@ def cosine(
     The norm is ``sqrt(‖x‖² + eps²)``, a smooth stand-in for ``max(‖x‖, eps)`` whose
     gradient stays finite at ``x = 0`` (a zero vector scores 0 against everything).
     """
-    return dot(_unit(q, eps), _unit(k, eps)) * _per_batch(scale)
+    logits = dot(_unit(q, eps), _unit(k, eps))
+    return logits * _per_batch(scale, logits.ndim - 2)
 
 
 def _unit(x: Float[ArrayLike, "... H"], eps: float) -> Float[Array, "... H"]:
@@ -84,9 +86,14 @@ def _unit(x: Float[ArrayLike, "... H"], eps: float) -> Float[Array, "... H"]:
     return x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps * eps)
 
 
-def _per_batch(scale: ArrayLike) -> Array:
-    """A scalar or per-batch-element scale ``[*batch]``, broadcast over ``[T, S]``."""
-    return jnp.asarray(scale)[..., None, None]
+def _per_batch(x: ArrayLike, batch_ndim: int, core: int = 0) -> Array:
+    """``x [*#batch, *core dims]`` with size-1 axes prefixed to ``batch_ndim`` batch dims and
+    two appended for ``[T, S]`` before its ``core`` trailing dims: broadcasting made explicit
+    (no implicit rank promotion)."""
+    x = jnp.asarray(x)
+    lead = (1,) * (batch_ndim + core - x.ndim)
+    core_shape = x.shape[x.ndim - core :]
+    return x.reshape(*lead, *x.shape[: x.ndim - core], 1, 1, *core_shape)
 
 
 class ScoreSpec(NamedTuple):

@@ -32,7 +32,7 @@ def masked_softmax_with_lse(
     """
     x = jnp.asarray(logits, jnp.float32)
     visible = x != -jnp.inf  # -inf logits are masked keys: an all -inf row is empty
-    mask = visible if mask is None else visible & jnp.asarray(mask, bool)
+    mask = visible if mask is None else visible & jnp.broadcast_to(jnp.asarray(mask, bool), x.shape)
     x = jnp.where(mask, x, MASK_VALUE)
     row_max = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
     e = jnp.where(mask, jnp.exp(x - row_max), 0.0)

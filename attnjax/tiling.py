@@ -68,7 +68,9 @@ def pad_tiles(x: Array | None, num_queries: int, num_keys: int, value=0) -> Arra
 
 
 def _starts(x: Array, q_start: Int[ArrayLike, ""], k_start: Int[ArrayLike, ""]) -> tuple:
-    return (0, 0, q_start if x.shape[2] != 1 else 0, k_start if x.shape[3] != 1 else 0)
+    """int32 starts (``dynamic_slice`` wants one index type, also under ``jax_enable_x64``)."""
+    starts = (0, 0, q_start if x.shape[2] != 1 else 0, k_start if x.shape[3] != 1 else 0)
+    return tuple(jnp.asarray(s, jnp.int32) for s in starts)
 
 
 def _sizes(x: Array, block_q: int, block_k: int) -> tuple[int, ...]:

@@ -43,7 +43,7 @@ def _compiled(implementation, static):
             k,
             v,
             implementation=implementation,
-            return_residual=True,
+            return_lse=True,
             **diff,
             **arrays,
             **dict(static),

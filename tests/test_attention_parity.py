@@ -59,8 +59,9 @@ def test_matches_jax_nn_forward_residual_and_gradients(case):
     out32, ref32 = out.astype(jnp.float32), ref.astype(jnp.float32)
     np.testing.assert_allclose(out32 * nonempty, ref32 * nonempty, atol=fwd_tol, rtol=fwd_tol)
     np.testing.assert_array_equal(out32 * ~nonempty, 0.0)
+    assert lse.shape == ref_lse.shape and lse.dtype == ref_lse.dtype  # [B, T, N], input dtype
     np.testing.assert_allclose(
-        jnp.where(nonempty[..., 0], lse.transpose(0, 2, 1), 0.0),
+        jnp.where(nonempty[..., 0], lse.astype(jnp.float32), 0.0),
         jnp.where(nonempty[..., 0], ref_lse.astype(jnp.float32), 0.0),
         atol=fwd_tol * 10,
         rtol=fwd_tol,
@@ -87,3 +88,36 @@ def test_unbatched_inputs_match_batched():
     np.testing.assert_allclose(
         out, jax.nn.dot_product_attention(q[1], k[1], v[1], bias[1], is_causal=True), atol=1e-5
     )
+
+
+@pytest.mark.parametrize("implementation", ["xla", "chunked", "pallas"])
+def test_residual_vjp_in_jax_nn_layout_equals_jax_nn(implementation):
+    """``return_residual`` is ``jax.nn``'s: ``[B, T, N]`` in the input dtype, its gradient
+    stopped, so ``jax.vjp`` takes a cotangent in that layout and gives ``jax.nn``'s
+    gradients (the residual's cotangent contributes nothing)."""
+    q, k, v, _, _, cotangent = _inputs(SHAPES[0], jnp.float32, False, False)
+    fn = functools.partial(aj.attention, is_causal=True, return_residual=True)
+    (out, lse), vjp = jax.vjp(functools.partial(fn, implementation=implementation), q, k, v)
+    (_, ref_lse), ref_vjp = jax.vjp(
+        functools.partial(jax.nn.dot_product_attention, is_causal=True, return_residual=True),
+        q,
+        k,
+        v,
+    )
+    assert lse.shape == ref_lse.shape == q.shape[:-1] and lse.dtype == ref_lse.dtype
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-5)
+    d_lse = jax.random.normal(jax.random.key(9), lse.shape)
+    for got, want in zip(vjp((cotangent, d_lse)), ref_vjp((cotangent, d_lse)), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+    for got in vjp((jnp.zeros_like(out), d_lse)):
+        np.testing.assert_array_equal(got, 0.0)
+
+
+def test_return_lse_is_attnjax_differentiable_float32_log_sum_exp():
+    """``return_lse``: ``[B, N, T]`` float32, differentiable, next to ``return_residual``."""
+    q, k, v, _, _, _ = _inputs(SHAPES[0], jnp.bfloat16, False, False)
+    _, residual, lse = aj.attention(q, k, v, return_residual=True, return_lse=True)
+    assert lse.dtype == jnp.float32 and lse.shape == (2, 4, 5)
+    np.testing.assert_array_equal(residual, lse.transpose(0, 2, 1).astype(jnp.bfloat16))
+    grad = jax.grad(lambda q: aj.attention(q, k, v, return_lse=True)[1].sum())(q)
+    assert jnp.abs(grad.astype(jnp.float32)).sum() > 0

@@ -71,7 +71,8 @@ def test_scores_with_bias_temperature_and_params(score):
 
 
 def _callable_score(q, k, params):
-    return jnp.einsum("bnth,bnsh->bnts", jnp.sin(q) * params["a"], k) + params["c"]
+    scaled = jnp.sin(q) * params["a"][None, None, None]
+    return jnp.einsum("bnth,bnsh->bnts", scaled, k) + params["c"]
 
 
 def test_callable_score_with_dense_mask():

@@ -68,7 +68,7 @@ CASES = {
     "alibi_learnable": (
         {"score_mod": mods.alibi(param="slopes")},
         {"slopes": SLOPES},
-        lambda p: {"bias": -p["slopes"][:, None, None] * np.abs(Q_POS - K_POS)},
+        lambda p: {"bias": -p["slopes"][:, None, None] * np.abs(Q_POS - K_POS)[None]},
     ),
     "softcap": (
         {"score_mod": mods.softcap(0.5)},
@@ -124,7 +124,7 @@ CASES = {
                 * jnp.tanh(
                     (
                         scores.scaled_dot(q, k, H**-0.5)
-                        - p["slopes"][:, None, None] * np.abs(Q_POS - K_POS)
+                        - p["slopes"][None, :, None, None] * np.abs(Q_POS - K_POS)[None, None]
                     )
                     / 2.0
                 )
@@ -149,7 +149,7 @@ def _loss_and_grads(implementation, name, reference):
             v,
             causal_offset=OFFSET,
             implementation=implementation,
-            return_residual=True,
+            return_lse=True,
             **tiles,
             **kwargs,
         )
@@ -284,7 +284,7 @@ def test_mask_mod_joins_every_other_mask_and_empty_rows_give_zeros(implementatio
 
     grad = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)
     (dq, _, _), out = grad(q, k, v, implementation, mask=dense, mask_mod=every_other)
-    reference_mask = dense & (Q_POS % 2 == 0)
+    reference_mask = dense & (Q_POS % 2 == 0)[None, None]
     (dq_ref, _, _), expected = grad(q, k, v, "xla", mask=reference_mask)
     assert max_rel_error(out, expected) <= FP32_FWD
     assert max_rel_error(dq, dq_ref) <= FP32_GRAD

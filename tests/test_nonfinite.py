@@ -74,7 +74,7 @@ def _minus_inf_rows(logits, b, h, q_idx, kv_idx, params):
 def test_a_row_of_minus_inf_logits_is_an_empty_row_everywhere(implementation):
     """A ``score_mod`` that sets whole rows to ``-inf`` masks them, on every implementation
     alike (``jax.nn`` gives NaN rows for ``-inf`` logits; attnjax's empty-row convention)."""
-    fn = _attention(implementation, score_mod=_minus_inf_rows, return_residual=True)
+    fn = _attention(implementation, score_mod=_minus_inf_rows, return_lse=True)
     (out, lse), vjp = jax.vjp(fn, Q, K, V)
     rows = np.arange(10) % 3 == 0
     np.testing.assert_array_equal(out[0, rows], 0.0)

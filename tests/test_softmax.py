@@ -36,7 +36,9 @@ def test_extreme_logits_give_finite_weights_and_gradients(dtype, magnitude):
     w = masked_softmax(x)
     assert w.dtype == jnp.float32
     np.testing.assert_allclose(w, [[1.0, 0.0, 0.0, 0.0]], atol=1e-6)
-    grad = jax.grad(lambda x: (masked_softmax(x) * jnp.arange(4.0)).sum())(x.astype(jnp.float32))
+    grad = jax.grad(lambda x: (masked_softmax(x) * jnp.arange(4.0)[None]).sum())(
+        x.astype(jnp.float32)
+    )
     assert np.all(np.isfinite(grad))
 
 
@@ -52,7 +54,7 @@ def test_fully_masked_row_gives_zero_weights_zero_gradient_and_minus_inf_lse():
 
     def loss(x):
         w, _ = masked_softmax_with_lse(x, mask)
-        return (w * jnp.arange(7.0)).sum()
+        return (w * jnp.arange(7.0)[None, None]).sum()
 
     w, lse = masked_softmax_with_lse(LOGITS, mask)
     np.testing.assert_array_equal(w[1, 2], 0.0)

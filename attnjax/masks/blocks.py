@@ -125,7 +125,7 @@ def block_mask(
                 f"mask_mod: must return booleans (True = may attend), got {allowed.dtype}"
             )
         allowed = jnp.broadcast_to(allowed, (b, h, bq, bk))
-        valid = (q_idx < num_queries)[:, None] & (k_idx < num_keys)[None, :]
+        valid = ((q_idx < num_queries)[:, None] & (k_idx < num_keys)[None, :])[None, None]
         every = jnp.all(allowed | ~valid, axis=(2, 3))
         some = jnp.any(allowed & valid, axis=(2, 3))
         return jnp.where(every, FULL, jnp.where(some, PARTIAL, EMPTY)).astype(jnp.int8)

@@ -165,11 +165,13 @@ class MaskSpec:
                 some, every = some & (d_min <= high), every & (d_max <= high)
             kinds.append(_kind(some, every)[None, None])
         if self.q_lengths is not None or self.kv_lengths is not None:
-            q_len = num_queries if self.q_lengths is None else self.q_lengths[:, None]
-            k_len = num_keys if self.kv_lengths is None else self.kv_lengths[:, None]
-            some = (q_lo < q_len)[..., :, None] & (k_lo < k_len)[..., None, :]
-            every = (q_hi < q_len)[..., :, None] & (k_hi < k_len)[..., None, :]
-            kinds.append(_kind(some, every).reshape(-1, 1, q_lo.size, k_lo.size))
+            q_len = num_queries if self.q_lengths is None else self.q_lengths
+            k_len = num_keys if self.kv_lengths is None else self.kv_lengths
+            q_len, k_len = (jnp.reshape(n, (-1, 1, 1, 1)) for n in (q_len, k_len))
+            rows, cols = (None, None, slice(None), None), (None, None, None, slice(None))
+            some = (q_lo[rows] < q_len) & (k_lo[cols] < k_len)
+            every = (q_hi[rows] < q_len) & (k_hi[cols] < k_len)
+            kinds.append(_kind(some, every))
         if self.q_segment_ids is not None:
             q_min, q_max = _block_range(self.q_segment_ids, bq)
             k_min, k_max = _block_range(self.kv_segment_ids, bk)

@@ -249,7 +249,7 @@ class MultiHeadAttention(nnx.Module):
                 k,
                 v,
                 return_weights=dense,
-                return_residual=dense,
+                return_lse=dense,
                 implementation=DENSE if dense else self.implementation,
                 block_mask=block_mask,
                 **common,
@@ -262,7 +262,8 @@ class MultiHeadAttention(nnx.Module):
             key = _dropout_key(self.rngs if rngs is None else rngs)
             dropped = dropout_weights(weights, key, self.dropout_rate, self.broadcast_dropout)
             out = weighted_sum(dropped, v).astype(out.dtype)
-        out = self.out(out * self.gate[...][:, None].astype(out.dtype))
+        gate = jax.lax.broadcast_to_rank(self.gate[...][:, None], out.ndim)  # [..., N, 1]
+        out = self.out(out * gate.astype(out.dtype))
         return (out, weights) if return_weights else out
 
     def _check_cache(self, q: Array, self_attention: bool, attention_kwargs: dict) -> Array:
@@ -287,7 +288,8 @@ class MultiHeadAttention(nnx.Module):
         """Writes ``k``, ``v`` at ``index`` (positions past the cache's end are clamped by
         ``dynamic_update_slice``: size the cache for the whole sequence) and returns the
         whole caches."""
-        start = (0, index, 0, 0)
+        zero = jnp.zeros_like(index)  # one index dtype, also under jax_enable_x64
+        start = (zero, index, zero, zero)
         keys = jax.lax.dynamic_update_slice(
             self.cached_key[...], k.astype(self.cached_key[...].dtype), start
         )

@@ -5,6 +5,7 @@ queries and keys inside attention instead (``MultiHeadAttention(rope=True)``). W
 them a model without causal masking is permutation-equivariant.
 """
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, ArrayLike, Float, Int
@@ -17,7 +18,7 @@ def sinusoidal(
 ) -> Float[Array, "*#B T {dim}"]:
     """Vaswani et al. (2017): ``pe[t, 2i] = sin(t / base^(2i/D))``, ``pe[t, 2i+1] = cos(...)``."""
     inv_freq = base ** -(jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
-    angle = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq
+    angle = _times(jnp.asarray(positions, jnp.float32)[..., None], inv_freq)
     pe = jnp.stack([jnp.sin(angle), jnp.cos(angle)], axis=-1)
     return pe.reshape(*angle.shape[:-1], -1)[..., :dim]
 
@@ -35,11 +36,23 @@ def rope(
     if x.shape[-1] % 2:
         raise ValueError(f"rope: head size H must be even, got H={x.shape[-1]}")
     inv_freq = base ** -(jnp.arange(half, dtype=jnp.float32) / half)
-    angle = jnp.asarray(positions, jnp.float32)[..., None, None] * inv_freq  # [*B, T, 1, H/2]
+    angle = _times(jnp.asarray(positions, jnp.float32)[..., None, None], inv_freq)
+    angle = jax.lax.broadcast_to_rank(angle, x.ndim)  # [1 or B, T, 1, H/2]
     cos, sin = jnp.cos(angle), jnp.sin(angle)
     x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x.dtype)
+
+
+def _times(a: Array, b: Array) -> Array:
+    """``a * b``, the lower-ranked one's leading axes made explicit (no rank promotion)."""
+    rank = max(a.ndim, b.ndim)
+    return jax.lax.broadcast_to_rank(a, rank) * jax.lax.broadcast_to_rank(b, rank)
+
+
+def _add(x: Array, encoding: Array) -> Array:
+    """``x [B, T, D] + encoding [*#B, T, D]`` in ``x``'s dtype."""
+    return x + jax.lax.broadcast_to_rank(encoding.astype(x.dtype), x.ndim)
 
 
 def default_positions(length: int) -> Int[Array, " T"]:
@@ -59,7 +72,7 @@ class Sinusoidal(nnx.Module):
     ) -> Float[Array, "B T D"]:
         positions = default_positions(x.shape[1]) if positions is None else positions
         pe = self.amplitude * sinusoidal(positions, self.dim, base=self.base)
-        return x + pe.astype(x.dtype)
+        return _add(x, pe)
 
 
 class Learned(nnx.Module):
@@ -80,4 +93,4 @@ class Learned(nnx.Module):
                     "of the learned positional encoding"
                 )
             positions = default_positions(x.shape[1])
-        return x + self.table[...][positions].astype(x.dtype)
+        return _add(x, self.table[...][positions])

@@ -233,13 +233,19 @@ def _loop(config, refs, ranges, body, carry):
     return jax.lax.fori_loop(0, schedule[0], step, carry)
 
 
+def _num_blocks(length, block: int):
+    """``ceil(length / block)`` in ``length``'s int dtype (``jax_enable_x64`` would make the
+    Python int an int64)."""
+    return pl.cdiv(length, jnp.asarray(block, length.dtype))
+
+
 def _key_blocks(config, info, q_start, num_k_blocks):
     """``(lo, full_lo, full_hi, hi)``: the key blocks a query block visits; those in
     ``[full_lo, full_hi)`` need no mask (rows past the query length are fixed separately)."""
     bq, bk = config.blocks.block_q, config.blocks.block_k
     spec = _spec(config, info[0])
     lo, hi = key_block_range(spec, q_start, bq, bk, num_k_blocks)
-    hi = jnp.minimum(hi, pl.cdiv(info[2], bk))
+    hi = jnp.minimum(hi, _num_blocks(info[2], bk))
     if config.segments:
         return lo, hi, hi, hi
     full_lo, full_hi = full_key_block_range(spec, q_start, bq, bk, lo, hi)
@@ -251,7 +257,7 @@ def _query_blocks(config, info, k_start, num_q_blocks):
     bq, bk = config.blocks.block_q, config.blocks.block_k
     spec = _spec(config, info[0])
     lo, hi = query_block_range(spec, k_start, bq, bk, num_q_blocks)
-    hi = jnp.minimum(hi, pl.cdiv(info[1], bq))
+    hi = jnp.minimum(hi, _num_blocks(info[1], bq))
     if config.segments:
         return lo, hi, hi, hi
     full_lo, full_hi = full_query_block_range(spec, k_start, bq, bk, lo, hi)

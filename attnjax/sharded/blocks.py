@@ -132,7 +132,7 @@ def block_forward(plan: Plan, q, k, v, kwargs) -> Output:
     def run():
         out, lse = attention(
             *map(_tokens, (q, k, v)), implementation=plan.implementation,
-            return_residual=True, **kwargs,
+            return_lse=True, **kwargs,
         )  # fmt: skip
         return _tokens(out).astype(jnp.float32), lse
 

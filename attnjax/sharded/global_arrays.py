@@ -25,7 +25,7 @@ def ring_attention(
     strategy: str = "ring",
     layout: str | None = None,
     causal_offset: Int[ArrayLike, ""] = 0,
-    return_residual: bool = False,
+    return_lse: bool = False,
     implementation: str | None = None,
     **attention_kwargs: Any,
 ):
@@ -42,7 +42,7 @@ def ring_attention(
     ``mod_params``; rules and mods see global positions. ``bias`` and ``mask`` broadcast to
     ``[B, N, T, S]`` as in ``attention``; a ``T`` axis is sharded with the queries (each
     device holds its rows against all keys: O(T·S/P) memory, so mods are the scalable way).
-    With ``return_residual`` also the log-sum-exp ``[B, N, T]``.
+    With ``return_lse`` also the log-sum-exp ``[B, N, T]``.
     ``implementation``: see :func:`ring_attention_shard`.
     """
     check_kwargs(strategy, attention_kwargs)
@@ -68,7 +68,7 @@ def ring_attention(
                  for n, x in rows.items()}  # fmt: skip
     local = functools.partial(
         ring_attention_shard, axis_name=axis, strategy=strategy, layout=layout,
-        return_residual=True, implementation=implementation, **static,
+        return_lse=True, implementation=implementation, **static,
     )  # fmt: skip
 
     def shard(q, k, v, rows, sharded, replicated, causal_offset):
@@ -89,7 +89,7 @@ def ring_attention(
         out_specs=(seq, PartitionSpec(None, None, axis)),
         check_vma=False,
     )(query, key, value, rows, sharded, replicated, causal_offset)
-    return (out, lse) if return_residual else out
+    return (out, lse) if return_lse else out
 
 
 def _check_placement(name: str, x: ArrayLike, mesh: Mesh) -> None:

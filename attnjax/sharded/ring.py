@@ -49,6 +49,7 @@ REPLICATED = (
 REFUSED = {
     "block_mask": "block masks are built per block from mask_mod",
     "return_weights": "the weights are never formed",
+    "return_residual": "pass return_lse=True for the log-sum-exp [B, N, T]",
 }
 
 
@@ -63,7 +64,7 @@ def ring_attention_shard(
     strategy: str = "ring",
     layout: str = "contiguous",
     causal_offset: Int[ArrayLike, ""] = 0,
-    return_residual: bool = False,
+    return_lse: bool = False,
     implementation: str | None = None,
     **attention_kwargs: Any,
 ):
@@ -75,7 +76,7 @@ def ring_attention_shard(
     ``mask`` hold this device's query rows against all keys (``[#B, #N, T/P or 1, S or 1]``).
     Other keywords are ``attention``'s, whole on every device; rules and mods see global
     positions. Returns the local output
-    ``[B, T/P, N, Hv]`` (and its log-sum-exp ``[B, N, T/P]`` with ``return_residual``).
+    ``[B, T/P, N, Hv]`` (and its log-sum-exp ``[B, N, T/P]`` with ``return_lse``).
     ``implementation`` runs the forward blocks: ``"chunked"`` or ``"pallas"`` (``None``: the
     Pallas kernel on GPU where it applies, else chunked); the ring's gradients use the chunked
     backward, the all-gather's the forward implementation's own.
@@ -107,7 +108,7 @@ def ring_attention_shard(
         out, lse = _gathered(plan, query, key, value, diff, data, q_seg, kv_seg)
     out = layout.undeal(out.astype(query.dtype), axis_name)
     lse = layout.undeal(lse, axis_name, axis=2)
-    return (out, lse) if return_residual else out
+    return (out, lse) if return_lse else out
 
 
 def _local_rows(name, x, layout, axis_name, num_queries, num_keys):
@@ -214,7 +215,7 @@ def _gathered(plan: Plan, q, k, v, diff, data, q_seg, kv_seg):
         )
         blocks.append(
             attention(_chunk(q, i, n), k, v, implementation=plan.implementation,
-                      return_residual=True, **kwargs)
+                      return_lse=True, **kwargs)
         )  # fmt: skip
     outs, lses = zip(*blocks, strict=True)
     return jnp.concatenate(outs, 1), jnp.concatenate(lses, 2)

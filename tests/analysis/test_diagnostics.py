@@ -33,7 +33,7 @@ def test_max_logit_from_softmax_by_hand_and_through_attention():
     assert analysis.max_logit_from_softmax(weights[2:], lse[2:]) == -np.inf
     q, k, v = jax.random.normal(jax.random.key(0), (3, 6, 2, 4)) * 30  # logits in the hundreds
     _, w, lse = aj.attention(q, k, v, score="dot", is_causal=True, return_weights=True,
-                             return_residual=True, implementation="xla")  # fmt: skip
+                             return_lse=True, implementation="xla")  # fmt: skip
     logits = jnp.where(jnp.tril(jnp.ones((6, 6), bool)), jnp.einsum("tnh,snh->nts", q, k), -1e9)
     np.testing.assert_allclose(analysis.max_logit_from_softmax(w, lse), logits.max(), rtol=1e-5)
 

@@ -48,7 +48,7 @@ def test_check_vma_is_refused_inside_shard_map():
 @pytest.mark.parametrize("strategy", ["ring", "all_gather"])
 def test_one_device_equals_attention(strategy):
     out, lse = ring_attention(Q, Q, Q, mesh=MESH, axis="seq", strategy=strategy,
-                              is_causal=True, return_residual=True)  # fmt: skip
-    ref, ref_lse = aj.attention(Q, Q, Q, is_causal=True, return_residual=True)
+                              is_causal=True, return_lse=True)  # fmt: skip
+    ref, ref_lse = aj.attention(Q, Q, Q, is_causal=True, return_lse=True)
     np.testing.assert_allclose(out, ref, atol=1e-6)
     np.testing.assert_allclose(lse, ref_lse, atol=1e-6)
