@@ -90,7 +90,8 @@ def hidden_stats(model: AdditiveRetrieval, batch: dict) -> dict[str, float]:
     query under ReLU); the fraction of units ≤ 0 for every query and key."""
     q, k, _ = model.split(batch["inputs"])
     p = model.score()
-    pre = q @ p["w_q"] + k @ p["w_k"] + p.get("b", 0.0)  # [B, 1, S, A]
+    pre = q @ p["w_q"] + k @ p["w_k"]  # [B, 1, S, A]
+    pre = pre + jax.lax.broadcast_to_rank(p.get("b", jnp.zeros(())), pre.ndim)
     weights = jax.nn.softmax(model.score.logits(q, k), axis=-1)
     off = pre <= 0
     values = (

@@ -58,7 +58,7 @@ def module_stats(kind: str, seed: int, heads: int = 4, width: int = 32, length: 
     if kind != "random":
         x = jnp.broadcast_to(x[:, :1], x.shape) * (kind != "zero")
     if kind == "identical + sinusoidal":
-        x = x + sinusoidal(jnp.arange(length), width)
+        x = x + sinusoidal(jnp.arange(length), width)[None]
     mha = nn.MultiHeadAttention(heads, width, rope=kind.endswith("RoPE"), rngs=nnx.Rngs(kp))
     return head_stats(mha(x, return_weights=True)[1])
 

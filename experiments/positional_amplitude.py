@@ -45,7 +45,7 @@ def attention_stats(weights: Float[Array, "B N T T"]) -> dict[str, float]:
     rows = weights[..., 1:, :]
     visible = jnp.arange(2, weights.shape[-1] + 1)
     values = (
-        (analysis.entropy(rows) / jnp.log(visible)).mean(),
+        (analysis.entropy(rows) / jnp.log(visible)[None, None]).mean(),
         rows.max(-1).mean(),
         jnp.diagonal(weights, -1, -2, -1).mean(),
     )
@@ -62,7 +62,8 @@ def length_accuracy(
     for model, batch in zip(models, batches, strict=True):
         length = batch["inputs"].shape[1]
         if length > trained:
-            batch = batch | {"loss_mask": batch["loss_mask"] & (jnp.arange(length) >= trained)}
+            later = (jnp.arange(length) >= trained)[None]
+            batch = batch | {"loss_mask": batch["loss_mask"] & later}
         try:
             accuracies.append(float(tasks.get("markov").metrics(model(batch), batch)["accuracy"]))
         except ValueError as error:

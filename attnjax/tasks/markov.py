@@ -183,7 +183,7 @@ def _chains(key: PRNGKeyArray, count: int, config: MarkovConfig) -> Int[Array, "
     num_contexts = vocab**order
     k_start, k_steps = jax.random.split(key)
     context = jax.random.choice(k_start, num_contexts, (count,), p=table.stationary)
-    first = (context[:, None] // vocab ** np.arange(order - 1, -1, -1)) % vocab
+    first = (context[:, None] // vocab ** np.arange(order - 1, -1, -1)[None]) % vocab
     with np.errstate(divide="ignore"):
         log_probs = jnp.asarray(np.log(table.probs), jnp.float32)
     successors = jnp.asarray(table.successors, jnp.int32)

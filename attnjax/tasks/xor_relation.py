@@ -69,7 +69,7 @@ def generate(key: PRNGKeyArray, batch_size: int, config: XorRelationConfig) -> b
         kinds = jnp.concatenate(
             [jnp.array([0, 1]), jax.random.bernoulli(k_kinds, shape=(n - 3,)).astype(jnp.int32)]
         )
-        keys = jnp.concatenate([(query ^ flip)[None], query ^ kinds[:, None]])
+        keys = jnp.concatenate([(query ^ flip)[None], query[None] ^ kinds[:, None]])
         perm = jax.random.permutation(k_perm, n)
         values = jax.random.randint(k_values, (n,), 0, v)
         return query, keys[perm], values, values[jnp.argmin(perm)]
