@@ -37,9 +37,12 @@ def anchors(page: pathlib.Path) -> set[str]:
 def test_python_blocks_run_as_written(page):
     """A page's ``python`` blocks run in order in one namespace, as a reader runs them (the
     README's are run by tests/test_readme.py); a block not meant to run has a plain fence."""
-    namespace = {}
-    for block in CODE.findall(page.read_text()):
+    namespace, blocks = {}, CODE.findall(page.read_text())
+    assert blocks
+    for i, block in enumerate(blocks):
+        defined = set(namespace)
         exec(compile(block, str(page), "exec"), namespace)
+        assert set(namespace) - defined, f"{page.name}: block {i} ran but defined nothing"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
