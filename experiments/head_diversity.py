@@ -33,6 +33,7 @@ _CONFIG = Path(__file__).parents[1] / "configs" / "head_diversity.py"
 HEADS, WEIGHTS, SEEDS = (2, 4), (0.1, 1.0), 5
 PENALTIES = (("none", 0.0), *((p, w) for p in ("cosine", "orthogonality") for w in WEIGHTS))
 INPUTS = ("random", "identical", "zero", "identical + sinusoidal", "identical, RoPE")
+XAVIER = nnx.initializers.xavier_uniform()  # the record's initialization (Flax's is LeCun)
 COLLAPSED = 0.999  # least similarity and entropy / log S of a collapsed layer
 STATS = ("similarity", "query-row similarity", "entropy / log S")
 Point = tuple[int, str, float]  # heads, penalty, weight
@@ -59,7 +60,8 @@ def module_stats(kind: str, seed: int, heads: int = 4, width: int = 32, length: 
         x = jnp.broadcast_to(x[:, :1], x.shape) * (kind != "zero")
     if kind == "identical + sinusoidal":
         x = x + sinusoidal(jnp.arange(length), width)[None]
-    mha = nn.MultiHeadAttention(heads, width, rope=kind.endswith("RoPE"), rngs=nnx.Rngs(kp))
+    rope = kind.endswith("RoPE")
+    mha = nn.MultiHeadAttention(heads, width, rope=rope, kernel_init=XAVIER, rngs=nnx.Rngs(kp))
     return head_stats(mha(x, return_weights=True)[1])
 
 

@@ -18,6 +18,7 @@ from attnjax.experiment import combine, record
 from attnjax.experiment.report import markdown_table, new_figure, save_figure
 
 WIDTH, TOKENS = 64, 16
+XAVIER = nnx.initializers.xavier_uniform()  # the record's initialization (Flax's is LeCun)
 HEADS = (1, 2, 4, 8, 16)
 INITS = 2048  # initializations per h
 TIGHT, LOOSE = (0.9, 1 / 0.9), (0.8, 1.25)  # "≈ 1": interval inside; "≠ 1": interval outside
@@ -27,7 +28,9 @@ def head_contributions(key: jax.Array, heads: int, score: str) -> jax.Array:
     """``[heads, T, D]``: each head's contribution to the output of a freshly initialized layer
     (the layer with every other head's gate at 0; the output is their sum, the out bias being 0
     at init) on inputs ``x ~ N(0, 1)`` of shape ``[1, T, D]`` drawn from ``key``."""
-    layer = nn.MultiHeadAttention(heads, WIDTH, score=score, rngs=nnx.Rngs(key))
+    layer = nn.add_head_gates(
+        nn.MultiHeadAttention(heads, WIDTH, score=score, kernel_init=XAVIER, rngs=nnx.Rngs(key))
+    )
     x = jax.random.normal(jax.random.fold_in(key, 1), (1, TOKENS, WIDTH))
     graphdef, gate, rest = nnx.split(layer, nn.HeadGate, ...)
 

@@ -1,5 +1,7 @@
 """Head importance and iterative head pruning through the per-head gates of
-:class:`attnjax.nn.MultiHeadAttention` (``HeadGate``, ones by default; 0 removes a head).
+:class:`attnjax.nn.MultiHeadAttention` (``HeadGate``, ones when
+:func:`attnjax.nn.add_head_gates` adds them, which every function here does where a layer has
+none; 0 removes a head).
 
 Gates are handled as one flat vector over all heads of all layers, in ``nnx.state`` order.
 """
@@ -13,19 +15,20 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from attnjax.analysis.diagnostics import entropy, head_similarity
-from attnjax.nn import HeadGate, capture_attention
+from attnjax.nn import HeadGate, add_head_gates, capture_attention
 
 LossFn = Callable[[Array, dict], Float[Array, ""]]  # (logits, batch) -> scalar
 
 
 def get_gates(model: nnx.Module) -> Float[Array, " heads"]:
     """All head gates of ``model`` as one vector."""
-    return jnp.concatenate([g.ravel() for g in jax.tree.leaves(nnx.state(model, HeadGate))])
+    gates = nnx.state(add_head_gates(model), HeadGate)
+    return jnp.concatenate([g.ravel() for g in jax.tree.leaves(gates)])
 
 
 def set_gates(model: nnx.Module, gates: Float[Array, " heads"]) -> None:
     """Write a flat gate vector back into ``model`` (in place)."""
-    state = nnx.state(model, HeadGate)
+    state = nnx.state(add_head_gates(model), HeadGate)
     leaves, treedef = jax.tree.flatten(state)
     splits = np.cumsum([leaf.size for leaf in leaves])[:-1]
     parts = jnp.split(jnp.asarray(gates), splits)
@@ -43,7 +46,7 @@ def attention_maps(model: nnx.Module, batch: dict) -> list[Float[Array, "B N T S
 def gradient_importance(model: nnx.Module, batch: dict, loss_fn: LossFn) -> Float[Array, " heads"]:
     """Michel et al. (2019): ``I_h = E_x |∂L(x)/∂ξ_h|``, the mean over examples of the absolute
     per-example gradient of the loss with respect to head ``h``'s gate ``ξ_h``."""
-    model = nnx.clone(model)
+    model = nnx.clone(add_head_gates(model))
     nnx.pop(model, nnx.Intermediate)  # values sown by earlier calls would leak into the trace
     graphdef, gates, rest = nnx.split(model, HeadGate, ...)
 

@@ -2,7 +2,7 @@
 blocks and stacks, RNN/CNN baselines, and ``build(ModelConfig, rngs)``."""
 
 from attnjax.nn.adapter import attention_fn
-from attnjax.nn.attention import HeadGate, MultiHeadAttention, capture_attention
+from attnjax.nn.attention import HeadGate, MultiHeadAttention, add_head_gates, capture_attention
 from attnjax.nn.baselines import CausalCnn, Rnn, shifted_matmul_conv
 from attnjax.nn.config import MODELS, ModelConfig, build, register
 from attnjax.nn.generate import generate
@@ -28,6 +28,7 @@ __all__ = [
     "Score",
     "Sinusoidal",
     "Transformer",
+    "add_head_gates",
     "attention_fn",
     "build",
     "capture_attention",

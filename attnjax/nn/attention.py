@@ -1,57 +1,69 @@
-"""``MultiHeadAttention``: projections, optional QK-norm and RoPE, a score module, per-head
-gates, all on top of :func:`attnjax.attention`."""
+"""``MultiHeadAttention``: projections, optional QK-norm and RoPE, a score module, optional
+per-head gates, all on top of :func:`attnjax.attention`."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Float, Int, Shaped
+from flax.nnx.nn.dtypes import promote_dtype
+from flax.nnx.nn.linear import default_kernel_init
+from jaxtyping import Array, Bool, Float, Int, Shaped
 
 from attnjax.attention import attention
 from attnjax.call import MaskMod, ScoreMod
 from attnjax.masks import BlockMask
+from attnjax.nn.batching import flatten_batch, unflatten_batch
 from attnjax.nn.mods import split_mod
 from attnjax.nn.positional import default_positions, rope
 from attnjax.nn.scores import make_score
 from attnjax.sharded import SequenceParallel
 
 DENSE = "xla"  # the implementation that materializes the weights
-XAVIER = nnx.initializers.xavier_uniform()
 ZEROS = nnx.initializers.zeros_init()
+NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 _PACKING = ("q_segment_ids", "kv_segment_ids", "query_seq_lengths", "key_value_seq_lengths")
+# attention() keywords with batch dimensions: the number of dimensions after them
+_BATCHED = {"bias": 3, "q_segment_ids": 1, "kv_segment_ids": 1, "query_seq_lengths": 0,
+            "key_value_seq_lengths": 0}  # fmt: skip
 
 
 class HeadGate(nnx.Variable):
-    """Per-head output multipliers ``[N]``. Not an ``nnx.Param``: optimizers built with
-    ``wrt=nnx.Param`` leave them alone; take head importance as the gradient with
-    ``nnx.grad(loss, argnums=nnx.DiffState(0, HeadGate))``."""
+    """Per-head output multipliers ``[N]`` (:func:`add_head_gates`). Not an ``nnx.Param``:
+    optimizers built with ``wrt=nnx.Param`` leave them alone; take head importance as the
+    gradient with ``nnx.grad(loss, argnums=nnx.DiffState(0, HeadGate))``."""
 
 
 class MultiHeadAttention(nnx.Module):
     """Multi-head, grouped-query (``num_kv_heads < num_heads``) and cross attention, with
-    ``flax.nnx.MultiHeadAttention``'s signature: code written for Flax's module runs unchanged
-    and gains attnjax's scores, kernels and modifiers.
+    ``flax.nnx.MultiHeadAttention``'s signature, defaults and call forms: code written for
+    Flax's module runs unchanged and gains attnjax's scores, kernels and modifiers.
 
-    ``q = W_Q x_q``, ``k = W_K x_k``, ``v = W_V x_v`` split into heads (``[B, T, N, H]``,
-    ``[B, S, K, H]``, ``H = qkv_features // num_heads``); ``normalize_qk`` applies a
-    LayerNorm over ``H`` (scale only, shared by heads, as in ViT-22B and Flax) to q and k, then
-    ``rope`` rotates them; the ``score`` module (a name of
+    ``q = W_Q x_q``, ``k = W_K x_k``, ``v = W_V x_v`` split into heads (``[..., T, N, H]``,
+    ``[..., S, K, H]``, ``H = qkv_features // num_heads``, any leading batch dimensions);
+    ``normalize_qk`` applies a LayerNorm over ``H`` (scale only, shared by heads, as in
+    ViT-22B and Flax) to q and k, then ``rope`` rotates them; the ``score`` module (a name of
     :data:`attnjax.nn.scores.SCORE_MODULES`, configured by ``score_options``) gives the logits;
-    each head's output is multiplied by its :class:`HeadGate` (ones) before ``W_O``. Kernels
-    use ``kernel_init`` (``out_kernel_init`` for ``W_O`` when given), by default Xavier/Glorot
-    uniform over the flattened shapes (``fan_in = in_features``, ``fan_out = N·H`` for
-    ``W_Q``); biases ``bias_init`` (zeros). ``precision`` applies to the projections (attention
-    itself computes in float32).
+    the heads' outputs (each multiplied by its :class:`HeadGate` once :func:`add_head_gates`
+    gave the module gates) go through ``W_O``. The projections take Flax's arguments
+    (``kernel_init``: LeCun normal by default, as Flax's; ``bias_init``; the ``*_init``,
+    ``*promote_dtype``, ``*dot_general*`` and ``*_metadata`` arguments; ``precision``);
+    attention itself computes in float32.
+
+    ``attention_fn`` replaces attnjax's attention with a Flax-style function
+    (``flax.nnx.dot_product_attention``'s arguments), as in Flax; attnjax's score, mods and
+    kernels then do not apply (setting them too raises).
 
     ``dropout_rate`` drops attention weights (``broadcast_dropout``: one mask shared by the
     batch and heads, as in Flax), which needs the dense path: an ``implementation`` other than
     ``"xla"``/None raises while dropout is active. Dropout is active unless ``deterministic``
-    (the call's, else the attribute's, which ``model.eval()`` sets); its randomness comes from
-    the call's ``rngs``, else the module's own stream (kept unless ``keep_rngs=False``).
+    (the call's, else the attribute's, which ``model.eval()`` and
+    ``nnx.view(model, deterministic=True)`` set); its randomness comes from the call's
+    ``rngs``, else the module's own stream (kept unless ``keep_rngs=False``).
     ``return_weights=True`` or ``sow_weights`` (the call's or the attribute; sows the weights
-    as ``nnx.Intermediate`` ``"attention_weights"`` and their log-sum-exp ``[B, N, T]`` as
+    as ``nnx.Intermediate`` ``"attention_weights"`` and their log-sum-exp ``[..., N, T]`` as
     ``"attention_lse"``) runs the call on the dense path. ``score_mod`` is a function of
     :mod:`attnjax.mods` or a module that owns its parameters (:mod:`attnjax.nn.mods`);
     ``mask_mod`` a mask mod function. ``sequence_parallel``
@@ -68,30 +80,44 @@ class MultiHeadAttention(nnx.Module):
         num_kv_heads: int | None = None,
         in_kv_features: int | None = None,
         *,
-        score: str = "scaled_dot",
-        score_options: Mapping[str, Any] | None = None,
-        normalize_qk: bool = False,
-        rope: bool = False,
-        rope_base: float = 10000.0,
-        dropout_rate: float = 0.0,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
         broadcast_dropout: bool = True,
+        dropout_rate: float = 0.0,
         deterministic: bool | None = None,
         precision: Any = None,
-        use_bias: bool = True,
-        kernel_init: nnx.Initializer = XAVIER,
-        bias_init: nnx.Initializer = ZEROS,
+        kernel_init: nnx.Initializer = default_kernel_init,
         out_kernel_init: nnx.Initializer | None = None,
+        bias_init: nnx.Initializer = ZEROS,
         out_bias_init: nnx.Initializer | None = None,
+        use_bias: bool = True,
+        attention_fn: Callable[..., Array] | None = None,
+        decode: bool | None = None,
+        normalize_qk: bool = False,
+        qkv_promote_dtype: Callable = promote_dtype,
+        out_promote_dtype: Callable = promote_dtype,
+        ln_promote_dtype: Callable = promote_dtype,
+        qkv_dot_general: Callable | None = None,
+        out_dot_general: Callable | None = None,
+        qkv_dot_general_cls: Any = None,
+        out_dot_general_cls: Any = None,
+        rngs: nnx.Rngs,
+        keep_rngs: bool = True,
+        kernel_metadata: Mapping[str, Any] = NO_METADATA,
+        out_kernel_metadata: Mapping[str, Any] = NO_METADATA,
+        bias_metadata: Mapping[str, Any] = NO_METADATA,
+        out_bias_metadata: Mapping[str, Any] = NO_METADATA,
+        query_ln_scale_metadata: Mapping[str, Any] = NO_METADATA,
+        key_ln_scale_metadata: Mapping[str, Any] = NO_METADATA,
+        score: str = "scaled_dot",
+        score_options: Mapping[str, Any] | None = None,
+        rope: bool = False,
+        rope_base: float = 10000.0,
         implementation: str | None = None,
         sow_weights: bool = False,
         score_mod: ScoreMod | nnx.Module | None = None,
         mask_mod: MaskMod | None = None,
         sequence_parallel: SequenceParallel | None = None,
-        decode: bool | None = None,
-        dtype: Any = None,
-        param_dtype: Any = jnp.float32,
-        rngs: nnx.Rngs,
-        keep_rngs: bool = True,
     ):
         qkv_features = in_features if qkv_features is None else qkv_features
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -114,19 +140,37 @@ class MultiHeadAttention(nnx.Module):
                 f"implementation: sequence_parallel chooses the per-device implementation; got "
                 f"{implementation!r}"
             )
+        if attention_fn is not None:
+            _check_attention_fn(score=score, score_options=score_options, score_mod=score_mod,
+                                mask_mod=mask_mod, implementation=implementation,
+                                sequence_parallel=sequence_parallel)  # fmt: skip
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.in_features = in_features
+        self.in_features, self.dtype = in_features, dtype
         self.rope, self.rope_base = rope, rope_base
         self.implementation, self.sow_weights = implementation, sow_weights
-        self.sequence_parallel = sequence_parallel
+        self.sequence_parallel, self.attention_fn = sequence_parallel, attention_fn
         self.dropout_rate, self.broadcast_dropout = dropout_rate, broadcast_dropout
-        self.deterministic = deterministic
+        self.deterministic, self.precision = deterministic, precision
         dtypes = {"dtype": dtype, "param_dtype": param_dtype}
 
-        def proj(features, out, axis=-1, kernel=kernel_init, bias=bias_init):
+        qkv_options = {
+            "kernel_init": kernel_init, "bias_init": bias_init,
+            "promote_dtype": qkv_promote_dtype, "dot_general": qkv_dot_general,
+            "dot_general_cls": qkv_dot_general_cls, "kernel_metadata": kernel_metadata,
+            "bias_metadata": bias_metadata,
+        }  # fmt: skip
+        out_options = {
+            "kernel_init": out_kernel_init or kernel_init, "bias_init": out_bias_init or bias_init,
+            "promote_dtype": out_promote_dtype, "dot_general": out_dot_general,
+            "dot_general_cls": out_dot_general_cls,
+            "kernel_metadata": out_kernel_metadata or kernel_metadata,
+            "bias_metadata": out_bias_metadata or bias_metadata,
+        }  # fmt: skip
+
+        def proj(features, out, axis=-1, options=qkv_options):
             return nnx.LinearGeneral(
-                features, out, axis=axis, use_bias=use_bias, kernel_init=kernel,
-                bias_init=bias, precision=precision, rngs=rngs, **dtypes,
+                features, out, axis=axis, use_bias=use_bias, precision=precision, rngs=rngs,
+                **options, **dtypes,
             )  # fmt: skip
 
         in_kv_features = in_features if in_kv_features is None else in_kv_features
@@ -134,23 +178,23 @@ class MultiHeadAttention(nnx.Module):
         self.key = proj(in_kv_features, (num_kv_heads, head_dim))
         self.value = proj(in_kv_features, (num_kv_heads, head_dim))
 
-        def norm():
-            return nnx.LayerNorm(head_dim, use_bias=False, rngs=rngs, **dtypes)
+        def norm(metadata):
+            return nnx.LayerNorm(head_dim, use_bias=False, promote_dtype=ln_promote_dtype,
+                                 scale_metadata=metadata, rngs=rngs, **dtypes)  # fmt: skip
 
-        self.query_ln, self.key_ln = (norm(), norm()) if normalize_qk else (None, None)
-        self.out = proj(
-            (num_heads, head_dim),
-            in_features if out_features is None else out_features,
-            axis=(-2, -1),
-            kernel=out_kernel_init or kernel_init,
-            bias=out_bias_init or bias_init,
+        self.query_ln, self.key_ln = (
+            (norm(query_ln_scale_metadata), norm(key_ln_scale_metadata))
+            if normalize_qk
+            else (nnx.data(None), nnx.data(None))
         )
+        out = in_features if out_features is None else out_features
+        self.out = proj((num_heads, head_dim), out, axis=(-2, -1), options=out_options)
         # Flax's order of drawing from rngs, so equal seeds give equal dropout masks.
         self.rngs = rngs.dropout.fork() if keep_rngs and dropout_rate > 0 else None
         self.score = make_score(
             score, num_heads, head_dim, options=score_options, param_dtype=param_dtype, rngs=rngs
         )
-        self.gate = HeadGate(jnp.ones((num_heads,), param_dtype))
+        self.gate: HeadGate | None = nnx.data(None)
         self.score_mod, self.mask_mod = score_mod, mask_mod
         self.decode = decode
         self.cached_key: nnx.Cache | None = nnx.data(None)
@@ -159,39 +203,68 @@ class MultiHeadAttention(nnx.Module):
 
     def init_cache(self, input_shape: tuple[int, ...], dtype: Any = jnp.float32) -> None:
         """Flax's: key/value caches for decoding up to ``input_shape[-2]`` positions
-        (``input_shape`` is the full-length ``inputs_q`` shape ``[B, max_length, D]``); only
-        the ``K`` key/value heads are cached under grouped-query attention."""
+        (``input_shape`` is the full-length ``inputs_q`` shape ``[batch..., max_length, D]``,
+        any leading batch dimensions, none included); only the ``K`` key/value heads are
+        cached under grouped-query attention."""
         shape = (*input_shape[:-1], self.num_kv_heads, self.head_dim)
         self.cached_key = nnx.Cache(jnp.zeros(shape, dtype))
         self.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
         self.cache_index = nnx.Cache(jnp.array(0, jnp.int32))
 
+    def set_view(
+        self,
+        deterministic: bool | None = None,
+        decode: bool | None = None,
+        batch_size: int | tuple[int, ...] | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        """Flax's hook for ``nnx.view(model, deterministic=..., decode=...)``: sets the
+        attributes; turning decoding on for a module without a cache builds one for
+        ``batch_size`` (an int or a tuple of batch dimensions) rows of ``max_length``."""
+        if deterministic is not None:
+            self.deterministic = deterministic
+        if decode is None:
+            return
+        self.decode = decode
+        if decode and self.cache_index is None:
+            if batch_size is None or max_length is None:
+                raise TypeError(
+                    "batch_size, max_length: both are needed to build the cache that "
+                    "decode=True reads; pass them to nnx.view or call init_cache first"
+                )
+            batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
+            self.init_cache((*batch, max_length, self.in_features), self.dtype or jnp.float32)
+
     def __call__(
         self,
-        inputs_q: Float[Array, "B T D"],
-        inputs_k: Float[Array, "B S Dk"] | None = None,
-        inputs_v: Float[Array, "B S Dv"] | None = None,
+        inputs_q: Float[Array, "*B T D"],
+        inputs_k: Float[Array, "*Bk S Dk"] | None = None,
+        inputs_v: Float[Array, "*Bv S Dv"] | None = None,
         *,
-        mask: Shaped[Array, "#B #N #T #S"] | None = None,
+        mask: Shaped[Array, "*#B #N #T #S"] | None = None,
         deterministic: bool | None = None,
         rngs: nnx.Rngs | nnx.RngStream | Array | None = None,
         sow_weights: bool = False,
         decode: bool | None = None,
         is_causal: bool = False,
+        out_sharding: Any = None,
+        qkv_sharding: Any = None,
         positions: Int[Array, "*#B T"] | None = None,
         return_weights: bool = False,
         mod_params: Mapping[str, Any] | None = None,
         block_mask: BlockMask | None = None,
         **attention_kwargs: Any,
-    ) -> Float[Array, "B T Dout"] | tuple[Float[Array, "B T Dout"], Float[Array, "B N T S"]]:
+    ) -> Float[Array, "*B T Dout"] | tuple[Float[Array, "*B T Dout"], Float[Array, "*B N T S"]]:
         """Flax's call: self-attention (``inputs_k`` None), cross-attention to ``inputs_k``
-        (``inputs_v`` None: the same inputs), or separate keys and values; ``mask`` is True
-        where a query may attend. RoPE positions default to ``0..T-1``; keys share the
-        queries' positions in self-attention and use ``0..S-1`` otherwise. ``mod_params``
-        (data for the mods, such as document ids) joins the score mod module's own parameters.
-        ``attention_kwargs`` go to :func:`attnjax.attention`: ``bias``, ``temperature``,
-        ``q_segment_ids``/``kv_segment_ids``, ``query_seq_lengths``/``key_value_seq_lengths``,
-        ``local_window_size``, ``causal_offset``, ``block_sizes``."""
+        (``inputs_v`` None: the same inputs), or separate keys and values, with any leading
+        batch dimensions (the same for all three); ``mask`` is True where a query may attend;
+        ``out_sharding``/``qkv_sharding`` go to the projections. RoPE positions default to
+        ``0..T-1``; keys share the queries' positions in self-attention and use ``0..S-1``
+        otherwise. ``mod_params`` (data for the mods, such as document ids) joins the score
+        mod module's own parameters. ``attention_kwargs`` go to :func:`attnjax.attention`:
+        ``bias``, ``temperature``, ``q_segment_ids``/``kv_segment_ids``,
+        ``query_seq_lengths``/``key_value_seq_lengths``, ``local_window_size``,
+        ``causal_offset``, ``block_sizes``."""
         if inputs_k is None and inputs_v is not None:
             raise ValueError(
                 "inputs_k: cannot be None when inputs_v is given; for the same keys and values "
@@ -204,12 +277,33 @@ class MultiHeadAttention(nnx.Module):
         self_attention = inputs_k is None
         inputs_k = inputs_q if self_attention else inputs_k
         inputs_v = inputs_k if inputs_v is None else inputs_v
-        q, k, v = self.query(inputs_q), self.key(inputs_k), self.value(inputs_v)
+        batch = inputs_q.shape[:-2]
+        for name, inputs in (("inputs_k", inputs_k), ("inputs_v", inputs_v)):
+            if inputs.shape[:-2] != batch:
+                raise ValueError(
+                    f"{name}: batch dimensions {inputs.shape[:-2]}, inputs_q has {batch}"
+                )
+        q, k, v = (
+            projection(inputs, out_sharding=qkv_sharding).reshape(-1, *inputs.shape[-2:-1], *s)
+            for projection, inputs, s in (
+                (self.query, inputs_q, (self.num_heads, self.head_dim)),
+                (self.key, inputs_k, (self.num_kv_heads, self.head_dim)),
+                (self.value, inputs_v, (self.num_kv_heads, self.head_dim)),
+            )
+        )  # [b, T, N, H], [b, S, K, H]: the batch dimensions folded into one
         if self.query_ln is not None:
             q, k = self.query_ln(q), self.key_ln(k)
+        mask = None if mask is None else flatten_batch(mask.astype(bool), batch, 3)
+        positions = None if positions is None else flatten_batch(positions, batch, 1)
+        attention_kwargs = {
+            name: flatten_batch(value, batch, _BATCHED[name])
+            if name in _BATCHED and value is not None
+            else value
+            for name, value in attention_kwargs.items()
+        }
         decode = self.decode if decode is None else decode
         if decode:
-            index = self._check_cache(q, self_attention, attention_kwargs)
+            index = self._check_cache(q, batch, self_attention, attention_kwargs)
             positions = index + jnp.arange(q.shape[1]) if positions is None else positions
         if self.rope:
             q_pos = default_positions(q.shape[1]) if positions is None else positions
@@ -217,21 +311,35 @@ class MultiHeadAttention(nnx.Module):
             q, k = rope(q, q_pos, base=self.rope_base), rope(k, k_pos, base=self.rope_base)
         if decode:  # attend to the cache: every key so far and these, causally
             k, v = self._cached(k, v, index)
-            is_causal, attention_kwargs = True, {**attention_kwargs, "causal_offset": index}
-
         deterministic = self.deterministic if deterministic is None else deterministic
         dropout = self.dropout_rate > 0 and not deterministic
+        sow = sow_weights or self.sow_weights
+        if self.attention_fn is not None:
+            _check_flax_call(return_weights, mod_params, block_mask, attention_kwargs)
+            if decode:
+                mask = _cache_visible(mask, index, q.shape[1], k.shape[1])
+            key = _dropout_key(self.rngs if rngs is None else rngs) if dropout else None
+            out = self.attention_fn(
+                *(unflatten_batch(x, batch) for x in (q, k, v)),
+                mask=None if mask is None else unflatten_batch(mask, batch),
+                dropout_rng=key, dropout_rate=self.dropout_rate,
+                broadcast_dropout=self.broadcast_dropout, deterministic=not dropout,
+                dtype=self.dtype, precision=self.precision, module=self if sow else None,
+                is_causal=is_causal,
+            )  # fmt: skip
+            return self.out(self._gated(out), out_sharding=out_sharding)
+        if decode:
+            is_causal, attention_kwargs = True, {**attention_kwargs, "causal_offset": index}
         if dropout and self.implementation not in (None, DENSE):
             raise ValueError(
                 f"dropout_rate: attention dropout runs on the dense path only; "
                 f"implementation={self.implementation!r} cannot apply it. Use implementation="
                 f"None or {DENSE!r}, or call with deterministic=True"
             )
-        sow = sow_weights or self.sow_weights
         dense = return_weights or sow or dropout
         score_mod, own_params = split_mod(self.score_mod)
         common = {
-            "mask": None if mask is None else mask.astype(bool),  # Flax's masks may be floats
+            "mask": mask,
             "is_causal": is_causal,
             "score": self.score.name,
             "score_params": self.score(),
@@ -256,17 +364,25 @@ class MultiHeadAttention(nnx.Module):
             )
             out, weights, lse = result if dense else (result, None, None)
         if sow:
-            self.sow(nnx.Intermediate, "attention_weights", weights)
-            self.sow(nnx.Intermediate, "attention_lse", lse)
+            self.sow(nnx.Intermediate, "attention_weights", unflatten_batch(weights, batch))
+            self.sow(nnx.Intermediate, "attention_lse", unflatten_batch(lse, batch))
         if dropout:
             key = _dropout_key(self.rngs if rngs is None else rngs)
             dropped = dropout_weights(weights, key, self.dropout_rate, self.broadcast_dropout)
             out = weighted_sum(dropped, v).astype(out.dtype)
-        gate = jax.lax.broadcast_to_rank(self.gate[...][:, None], out.ndim)  # [..., N, 1]
-        out = self.out(out * gate.astype(out.dtype))
-        return (out, weights) if return_weights else out
+        out = self.out(self._gated(unflatten_batch(out, batch)), out_sharding=out_sharding)
+        return (out, unflatten_batch(weights, batch)) if return_weights else out
 
-    def _check_cache(self, q: Array, self_attention: bool, attention_kwargs: dict) -> Array:
+    def _gated(self, out: Float[Array, "*B T N H"]) -> Float[Array, "*B T N H"]:
+        """Each head's output times its gate, once the module has gates."""
+        if self.gate is None:
+            return out
+        gate = jax.lax.broadcast_to_rank(self.gate[...][:, None], out.ndim)  # [..., N, 1]
+        return out * gate.astype(out.dtype)
+
+    def _check_cache(
+        self, q: Array, batch: tuple[int, ...], self_attention: bool, attention_kwargs: dict
+    ) -> Array:
         """The cache's next position; errors for calls decoding cannot serve."""
         if self.cache_index is None:
             raise ValueError("decode: the cache is not initialized; call init_cache first")
@@ -278,27 +394,79 @@ class MultiHeadAttention(nnx.Module):
                     f"{name}: not taken while decoding (the cache sets the causal offset; "
                     "packed or padded rows are not decoded)"
                 )
-        if q.shape[1] > self.cached_key.shape[1]:
+        *cache_batch, length, _, _ = self.cached_key.shape
+        if tuple(cache_batch) != batch:
             raise ValueError(
-                f"inputs_q: {q.shape[1]} positions exceed the cache's {self.cached_key.shape[1]}"
+                f"inputs_q: batch dimensions {batch}, the cache was built for "
+                f"{tuple(cache_batch)} (init_cache takes the inputs' full shape)"
             )
+        if q.shape[1] > length:
+            raise ValueError(f"inputs_q: {q.shape[1]} positions exceed the cache's {length}")
         return self.cache_index[...]
 
-    def _cached(self, k: Array, v: Array, index: Array) -> tuple[Array, Array]:
+    def _cached(
+        self, k: Float[Array, "b S K H"], v: Float[Array, "b S K H"], index: Array
+    ) -> tuple[Float[Array, "b L K H"], Float[Array, "b L K H"]]:
         """Writes ``k``, ``v`` at ``index`` (positions past the cache's end are clamped by
         ``dynamic_update_slice``: size the cache for the whole sequence) and returns the
-        whole caches."""
+        whole caches, their batch dimensions folded into one."""
         zero = jnp.zeros_like(index)  # one index dtype, also under jax_enable_x64
         start = (zero, index, zero, zero)
-        keys = jax.lax.dynamic_update_slice(
-            self.cached_key[...], k.astype(self.cached_key[...].dtype), start
-        )
-        values = jax.lax.dynamic_update_slice(
-            self.cached_value[...], v.astype(self.cached_value[...].dtype), start
-        )
-        self.cached_key[...], self.cached_value[...] = keys, values
+        caches = []
+        for cache, new in ((self.cached_key, k), (self.cached_value, v)):
+            shape = cache.shape
+            folded = cache[...].reshape(-1, *shape[-3:])
+            folded = jax.lax.dynamic_update_slice(folded, new.astype(folded.dtype), start)
+            cache[...] = folded.reshape(shape)
+            caches.append(folded)
         self.cache_index[...] = index + k.shape[1]
-        return keys, values
+        return caches[0], caches[1]
+
+
+def add_head_gates(model: nnx.Module) -> nnx.Module:
+    """Gives every :class:`MultiHeadAttention` of ``model`` that has none a :class:`HeadGate`
+    of ones ``[N]`` (in place; the outputs are unchanged until a gate changes) and returns
+    ``model``: the handle of head pruning and head-importance gradients."""
+    for _, layer in nnx.iter_modules(model):
+        if isinstance(layer, MultiHeadAttention) and layer.gate is None:
+            dtype = layer.query.kernel[...].dtype
+            layer.gate = HeadGate(jnp.ones((layer.num_heads,), dtype))
+    return model
+
+
+def _check_attention_fn(**attnjax_options: Any) -> None:
+    """``attention_fn`` replaces attnjax's attention: its options cannot apply."""
+    defaults = {"score": "scaled_dot"}
+    for name, value in attnjax_options.items():
+        if value is not None and value != defaults.get(name):
+            raise ValueError(
+                f"{name}: does not apply with attention_fn, which replaces attnjax's attention "
+                f"(got {name}={value!r}); leave attention_fn unset to use it"
+            )
+
+
+def _check_flax_call(
+    return_weights: bool, mod_params: Any, block_mask: Any, attention_kwargs: dict
+) -> None:
+    """With ``attention_fn`` the call takes Flax's arguments only."""
+    extras = {"return_weights": return_weights, "mod_params": mod_params,
+              "block_mask": block_mask, **attention_kwargs}  # fmt: skip
+    given = sorted(name for name, value in extras.items() if value not in (None, False))
+    if given:
+        raise ValueError(
+            f"{', '.join(given)}: attnjax's call arguments do not apply with attention_fn, "
+            "which takes Flax's arguments only"
+        )
+
+
+def _cache_visible(
+    mask: Array | None, index: Array, length: int, cache_length: int
+) -> Bool[Array, "#b 1 T L"]:
+    """``mask`` and the decoding cache's causal visibility: query ``t`` (at ``index + t``)
+    sees cached keys ``0 .. index + t``, as Flax's decoding mask."""
+    rows = index + jnp.arange(length)[:, None]
+    visible = (jnp.arange(cache_length)[None, :] <= rows)[None, None]
+    return visible if mask is None else mask & visible
 
 
 def dropout_weights(

@@ -188,6 +188,9 @@ def test_weights_agree_with_output_and_can_be_sown():
 
 def test_zero_gate_prunes_the_head_and_gate_gradient_is_available():
     mha = ann.MultiHeadAttention(4, D, rngs=nnx.Rngs(0))
+    ungated = mha(X)
+    ann.add_head_gates(mha)
+    np.testing.assert_array_equal(mha(X), ungated)
     mha.gate[...] = jnp.array([1.0, 0.0, 1.0, 1.0])
     pruned = mha(X)
     mha.gate[...] = jnp.ones(4)

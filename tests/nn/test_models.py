@@ -54,7 +54,7 @@ def _train(model, batch, steps=8):
 def test_each_model_trains_with_decreasing_loss(overrides):
     config = dataclasses.replace(BASE, **overrides)
     inputs = TOKENS if config.embedding == "tokens" else FEATURES
-    model = ann.build(config, nnx.Rngs(0))
+    model = ann.add_head_gates(ann.build(config, nnx.Rngs(0)))
     losses = _train(model, {"inputs": inputs, "targets": TARGETS})
     assert losses[-1] < 0.7 * losses[0], losses
     for gate in jax.tree.leaves(nnx.state(model, ann.HeadGate)):
