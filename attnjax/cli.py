@@ -22,7 +22,7 @@ from attnjax.attention import attention
 from attnjax.experiment import audit as experiment_audit
 from attnjax.experiment import claims as experiment_claims
 from attnjax.experiment import recompute, record, report, storage
-from attnjax.experiment.sweep import check_points, edge_points, summary_table
+from attnjax.experiment.sweep import check_pilot, check_points, edge_points, seeds, summary_table
 from attnjax.scores import dot, scaled_dot
 
 
@@ -204,6 +204,8 @@ def _sweep_plan(args: argparse.Namespace):
     exp = module.get_experiment(smoke=args.smoke)
     overrides = experiment.parse_overrides(exp.base, args.set)
     exp = dataclasses.replace(exp, base=experiment.with_overrides(exp.base, overrides))
+    if args.publish:  # before anything trains
+        check_pilot(exp, args.seeds or 5)
     if exp.base.train.tensorboard or any(p.get("train.tensorboard") for p in exp.points):
         storage.require_tensorboard()
     return module, exp
@@ -246,6 +248,8 @@ def sweep(args: argparse.Namespace) -> None:
         for stale in record.RECORD_FILES:  # this run writes its own
             (out / stale).unlink(missing_ok=True)
     environment = record.environment(args.argv)  # the code as the run starts
+    if exp is not None:  # the record's seeds, and the pilot's they must not include
+        environment |= {"seeds": list(seeds(exp, num_seeds)), "pilot_seeds": list(exp.pilot_seeds)}
     verdicts, bodies = {}, []
     if hasattr(module, "analyze"):
         with _folder_errors(), report.smoke_figures(args.smoke):
@@ -325,8 +329,9 @@ def claims(args: argparse.Namespace) -> None:
 def audit(args: argparse.Namespace) -> None:
     """Audit the verdict rule of each trained sweep with a committed record (``results/<name>/
     results.csv``), or of the experiments named: the verdicts it can reach, the bootstrap
-    agreement of its committed verdict, its edge learning rates (:mod:`attnjax.experiment.
-    audit`); print the table."""
+    agreement of its committed verdict, its edge learning rates, the smallest margin of its
+    decisive comparisons in standard errors, its checks and its can/does parts
+    (:mod:`attnjax.experiment.audit`); print the table."""
     root = _claims_root(args.root)
 
     def progress(name: str) -> None:

@@ -13,6 +13,8 @@ from attnjax.experiment.config import (
     parse_typed,
     with_overrides,
 )
+from attnjax.experiment.parts import Check, Part
+from attnjax.experiment.rates import AutoRates
 from attnjax.experiment.record import Analysis
 from attnjax.experiment.run import check_workdir, load_run, train_and_evaluate
 from attnjax.experiment.sweep import (
@@ -66,10 +68,13 @@ def file_kind(module: ModuleType) -> str | None:
 
 __all__ = [
     "Analysis",
+    "AutoRates",
+    "Check",
     "Experiment",
     "ExperimentConfig",
     "OptimConfig",
     "Outcome",
+    "Part",
     "Runs",
     "Stats",
     "Summary",

@@ -10,6 +10,14 @@ either way, and does the committed verdict survive resampling its seeds?
   share of draws whose verdict is the committed one is the agreement, and below
   ``FRAGILE_BELOW`` the verdict is ``fragile``.
 - **Edges**: points whose chosen learning rate sits at an edge of its grid.
+- **Margins**: each comparison that decides the verdict (flipping it alone flips the verdict),
+  with its margin in standard errors over seeds (:mod:`attnjax.experiment.margins`); the
+  smallest is reported.
+- **Checks**: the parts the experiment declares true by construction, run: pass or fail,
+  never part of the verdict (``check-failed`` if one fails).
+- **Parts**: each declared *can* part is supported by a witness, has an impossibility
+  argument, or rests on training alone; a rule that can give *refuted* for a *can* part of the
+  last kind is flagged ``can-refuted-by-training`` (:mod:`attnjax.experiment.parts`).
 
 Analysis experiments (measurements of ``analyze``) are not audited here.
 """
@@ -22,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from attnjax.experiment.margins import Comparison, decisive, smallest
+from attnjax.experiment.parts import Part, checks_text, run_checks, witness_result
 from attnjax.experiment.record import read_rows
 from attnjax.experiment.report import METRIC_RANGES, mean_ci95
 from attnjax.experiment.sweep import VERDICTS, Experiment, Stats, Summary, summarize
@@ -40,6 +50,14 @@ class Audit:
     agreement: float  # share of bootstrap draws with the committed verdict
     draws: int
     edges: tuple[str, ...]  # points whose chosen learning rate is at an edge of its grid
+    margins: tuple[Comparison, ...] = ()  # the decisive comparisons
+    checks: tuple[tuple[str, bool], ...] = ()  # (name, passed) per declared check
+    parts: tuple["PartAudit", ...] = ()
+
+    @property
+    def margin(self) -> Comparison | None:
+        """The decisive comparison with the smallest margin (None if none was traced)."""
+        return smallest(self.margins)
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -49,7 +67,25 @@ class Audit:
             flags.append("fragile")
         if self.edges:
             flags.append("edge")
+        if not all(passed for _, passed in self.checks):
+            flags.append("check-failed")
+        flags += [f"can-refuted-by-training ({p.name})" for p in self.parts if p.refutable]
         return tuple(flags)
+
+
+@dataclasses.dataclass(frozen=True)
+class PartAudit:
+    """A declared part: its ``kind``, what supports it (``"witness 1.000"``, ``"impossibility:
+    …"``, ``"training"``) and, for a *can* part resting on training alone, whether its rule
+    can give *refuted* (``refutable``: the rule is flagged)."""
+
+    name: str
+    kind: str
+    support: str
+    refutable: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.name} ({self.support})"
 
 
 def audit(experiment: Experiment, summary: Summary, *, draws: int = 1000, seed: int = 0) -> Audit:
@@ -63,7 +99,28 @@ def audit(experiment: Experiment, summary: Summary, *, draws: int = 1000, seed: 
         agreement=bootstrap_agreement(experiment.verdict, summary, verdict, draws, rng),
         draws=draws,
         edges=tuple(name for name, s in summary.labels().items() if s.at_edge),
+        margins=decisive(experiment.verdict, summary),
+        checks=run_checks(experiment.checks),
+        parts=tuple(audit_part(experiment, p, summary, rng) for p in experiment.parts),
     )
+
+
+def audit_part(
+    experiment: Experiment, part: Part, summary: Summary, rng: np.random.Generator
+) -> PartAudit:
+    """What supports ``part``; a *can* part on training alone is ``refutable`` when its rule
+    (``part.rule``, else the experiment's) reaches *refuted* on synthetic summaries."""
+    if part.kind == "does":
+        return PartAudit(part.name, part.kind, "training")
+    found = witness_result(part, experiment.solved_at, experiment.higher_is_better)
+    if found and found[1]:
+        return PartAudit(part.name, part.kind, f"witness {found[0]:.3f}")
+    if part.impossibility:
+        return PartAudit(part.name, part.kind, f"impossibility: {part.impossibility}")
+    rule = part.rule or experiment.verdict
+    refutable = "refuted" in reachable(dataclasses.replace(experiment, verdict=rule), summary, rng)
+    short = f"training; witness {found[0]:.3f} short of its bar" if found else "training"
+    return PartAudit(part.name, part.kind, short, refutable)
 
 
 def reachable(experiment: Experiment, summary: Summary, rng: np.random.Generator) -> tuple:
@@ -129,14 +186,25 @@ def _verdict(rule: Callable[[Summary], tuple[str, str]], summary: Summary) -> st
 
 def audit_table(audits: dict[str, Audit]) -> str:
     """A markdown table: one row per audited experiment."""
-    rows = ["| experiment | claim | verdict | reachable | bootstrap agreement | flags |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
+    rows = ["| experiment | claim | verdict | reachable | bootstrap agreement | smallest margin "
+            "| checks | parts | flags |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, a in audits.items():
         rows.append(
             f"| {name} | {a.claim_id} | {a.verdict} | {', '.join(a.reachable)} | "
-            f"{a.agreement:.1%} of {a.draws} | {', '.join(a.flags) or '–'} |"
+            f"{a.agreement:.1%} of {a.draws} | {margin_text(a)} | "
+            f"{checks_text(a.checks) or '–'} | {'; '.join(map(str, a.parts)) or '–'} | "
+            f"{', '.join(a.flags) or '–'} |"
         )
     return "\n".join(rows) + "\n"
+
+
+def margin_text(a: Audit) -> str:
+    """``"0.29 SE: <comparison>"`` for the smallest decisive margin; why there is none."""
+    c = a.margin
+    if c is None:
+        return "– (no traced comparison decides it)" if not a.margins else "– (one seed)"
+    size = "∞" if math.isinf(c.margin) else f"{c.margin:.2f}"
+    return f"{size} SE: `{c}`".replace("|", "\\|")
 
 
 def audited(root: Path) -> list[str]:

@@ -24,7 +24,8 @@ class NotRecomputable(Exception):
 
 def expected_report(folder: Path, experiment_file: Path) -> str:
     """The ``report.md`` that the tables in ``folder`` give under ``experiment_file``'s rules;
-    a :class:`Differs` if ``results.csv`` differs from the table its own rows make."""
+    a :class:`Differs` if ``results.csv`` differs from the table its own rows make or holds
+    the experiment's pilot seeds."""
     if not experiment_file.is_file():
         raise NotRecomputable(f"no experiments/{experiment_file.name}")
     module = load_file(experiment_file)
@@ -39,15 +40,19 @@ def expected_report(folder: Path, experiment_file: Path) -> str:
     if hasattr(module, "get_experiment"):
         experiment = module.get_experiment()
         rows = tables["results.csv"]
+        if pilot := sorted({r["seed"] for r in rows} & set(experiment.pilot_seeds)):
+            raise Differs(f"results.csv: trained on the pilot seeds {pilot}")
         try:
             summary, table = summarize(experiment, rows)
         except ValueError as error:
             raise Differs(str(error)) from None
         _compare_cells(folder / "results.csv", table)
         verdict, reason = judge(experiment, summary)
-        num_seeds = len({r["seed"] for r in rows})
+        record_seeds = sorted({r["seed"] for r in rows})  # as trained (--set train.seed too)
         verdicts[experiment.claim_id] = (verdict, reason)
-        bodies.append(sweep_report(experiment, summary, verdict, reason, num_seeds))
+        bodies.append(
+            sweep_report(experiment, summary, verdict, reason, len(record_seeds), record_seeds)
+        )
     return record.report_text(verdicts, bodies)
 
 

@@ -24,11 +24,14 @@ import jax
 
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, with_overrides
+from attnjax.experiment.parts import Check, Part, declared_notes
+from attnjax.experiment.rates import AutoRates, extension_note
 from attnjax.experiment.run import check_workdir, train_and_evaluate
 
 VERDICTS = ("supported", "refuted", "inconclusive")
-# One grid for every point, or a grid per point from its overrides.
-LearningRates = tuple[float, ...] | Callable[[Mapping[str, Any]], tuple[float, ...]]
+# One grid for every point, a grid per point from its overrides, or a grid that grows
+# (:class:`attnjax.experiment.rates.AutoRates`).
+LearningRates = tuple[float, ...] | Callable[[Mapping[str, Any]], tuple[float, ...]] | AutoRates
 
 
 class Stats(NamedTuple):
@@ -119,8 +122,13 @@ class Experiment:
     ``results.csv`` reported on ``test`` (e.g. ``"accuracy"``); ``verdict(summary) ->
     (verdict, reason)`` looks the points' stats up by their overrides. ``learning_rates``,
     when given, are all trained (vectorized) and each point is compared at its best one; a
-    function of the point's overrides gives each point its own grid (e.g. one per optimizer).
-    ``solved_at``: a threshold whose solved-seed counts the report shows."""
+    function of the point's overrides gives each point its own grid (e.g. one per optimizer);
+    an :class:`AutoRates` grows each point's grid until its best rate is interior.
+    ``solved_at``: a threshold whose solved-seed counts the report shows. ``checks``: parts of
+    the claim that hold by construction, reported pass/fail and never counted in the verdict;
+    ``parts``: the parts judged, *can* or *does*, with witnesses (:mod:`attnjax.experiment.
+    parts`). ``pilot_seeds``: seeds used while designing the experiment; a published record's
+    seeds must not include them (:func:`check_pilot`)."""
 
     name: str
     claim_id: str
@@ -132,6 +140,9 @@ class Experiment:
     learning_rates: LearningRates | None = None
     higher_is_better: bool = True
     solved_at: float | None = None
+    checks: tuple[Check, ...] = ()
+    parts: tuple[Part, ...] = ()
+    pilot_seeds: tuple[int, ...] = ()
 
     def rates(self, point: Mapping[str, Any]) -> tuple[float, ...] | None:
         """The learning rates trained at ``point``."""
@@ -149,6 +160,24 @@ class Outcome(NamedTuple):
     reason: str
     body: str
     folders: tuple[Path, ...]
+
+
+def seeds(experiment: Experiment, num_seeds: int) -> tuple[int, ...]:
+    """Every seed the sweep trains: ``num_seeds`` from each point's ``train.seed``."""
+    starts = {with_overrides(experiment.base, p).train.seed for p in experiment.points}
+    return tuple(sorted({s for start in starts for s in range(start, start + num_seeds)}))
+
+
+def check_pilot(experiment: Experiment, num_seeds: int) -> None:
+    """A ``ValueError`` if the record's seeds (:func:`seeds`) include a pilot seed."""
+    shared = sorted(set(seeds(experiment, num_seeds)) & set(experiment.pilot_seeds))
+    if shared:
+        raise ValueError(
+            f"publish: {experiment.name}'s record would train its pilot seeds {shared} "
+            f"(pilot_seeds {list(experiment.pilot_seeds)}, record seeds "
+            f"{list(seeds(experiment, num_seeds))}); a published record needs fresh seeds: "
+            f"set --set train.seed=<a seed past the pilot's>"
+        )
 
 
 def grid(**axes: Sequence[Any]) -> tuple[dict[str, Any], ...]:
@@ -200,12 +229,17 @@ def sweep(
     folders, configs = check_points(experiment, out, num_seeds=num_seeds, overwrite=overwrite)
 
     def train_point(i: int, point: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return train_point_at(i, point, folders[i], experiment.rates(point))
+
+    def train_point_at(
+        i: int, point: Mapping[str, Any], folder: Path, rates: Sequence[float] | None
+    ) -> list[dict[str, Any]]:
         name = names[i]
         return train_and_evaluate(
             configs[i],
-            folders[i],
+            folder,
             num_seeds=num_seeds,
-            learning_rates=experiment.rates(point),
+            learning_rates=rates,
             fields={"point": name, **point},
             overwrite=overwrite,
             progress=functools.partial(progress, name) if progress else None,
@@ -217,13 +251,42 @@ def sweep(
     workers = 1 if jax.process_count() > 1 else workers
     with ThreadPoolExecutor(max_workers=workers) as pool:
         all_rows = list(pool.map(train_point, range(len(experiment.points)), experiment.points))
-    summary, table = summarize(experiment, [r for rows in all_rows for r in rows])
+    rows = [r for point_rows in all_rows for r in point_rows]
+    if isinstance(experiment.learning_rates, AutoRates):
+        rows = _extend_rates(experiment, rows, folders, train_point_at, workers)
+    summary, table = summarize(experiment, rows)
     verdict, reason = judge(experiment, summary)
     if jax.process_index() == 0:
         storage.write_csv(out / "results.csv", table)
         plot_summary(summary, experiment, out / "summary.png", smoke=smoke)
     body = sweep_report(experiment, summary, verdict, reason, num_seeds)
     return Outcome(summary, experiment.claim_id, verdict, reason, body, folders)
+
+
+def _extend_rates(
+    experiment: Experiment,
+    rows: list[dict[str, Any]],
+    folders: Sequence[Path],
+    train_point_at: Callable[..., list[dict[str, Any]]],
+    workers: int,
+) -> list[dict[str, Any]]:
+    """Grow each point's grid (:class:`AutoRates`): while some point's best rate is at an edge
+    within the bounds, train that point at the next rate (``<folder>/lr=<rate>``, a run folder
+    of its own) and add its rows. Return every row."""
+    auto = experiment.learning_rates
+    while True:
+        summary, _ = summarize(experiment, rows)
+        todo = []
+        for i, (point, stats) in enumerate(summary):
+            rates = [lr for lr, _, _ in stats.by_learning_rate]
+            rate = auto.next_rate(rates, stats.learning_rate) if stats.at_edge else None
+            if rate is not None:
+                todo.append((i, point, folders[i] / f"lr={rate:g}", (rate,)))
+        if not todo:
+            return rows
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for new in pool.map(lambda job: train_point_at(*job), todo):
+                rows = rows + new
 
 
 def summarize(
@@ -352,13 +415,22 @@ def edge_points(summary: Summary) -> list[str]:
 
 
 def sweep_report(
-    experiment: Experiment, summary: Summary, verdict: str, reason: str, num_seeds: int
+    experiment: Experiment,
+    summary: Summary,
+    verdict: str,
+    reason: str,
+    num_seeds: int,
+    record_seeds: Sequence[int] | None = None,
 ) -> str:
+    """The report's section; ``record_seeds``: the seeds trained (default: :func:`seeds`), which
+    a report names beside ``pilot_seeds`` when the experiment declares any."""
+    if record_seeds is None:
+        record_seeds = seeds(experiment, num_seeds) if experiment.pilot_seeds else ()
     return (
         f"# {experiment.name}\n\n**Claim ({experiment.claim_id}).** {experiment.claim}\n\n"
         f"{num_seeds} seeds per point, each evaluated on its own validation and test draws; "
         f"mean ± 95% interval (Student t). {sweep_tables(experiment, summary)}\n"
-        f"![summary](summary.png)\n\n"
+        f"![summary](summary.png)\n\n{declared_notes(experiment, record_seeds)}"
         f"**Verdict ({experiment.claim_id}): {verdict}.** {reason}\n"
     )
 
@@ -367,7 +439,11 @@ def sweep_tables(experiment: Experiment, summary: Summary) -> str:
     """The learning-rate note, the summary table, the edge flags and the metric against
     learning rate (markdown)."""
     lrs = experiment.learning_rates
-    if callable(lrs):
+    if isinstance(lrs, AutoRates):
+        added = {n: lrs.added(lr for lr, _, _ in s.by_learning_rate)
+                 for n, s in summary.labels().items()}  # fmt: skip
+        lr_note = extension_note(lrs, added)
+    elif callable(lrs):
         lr_note = "Each point at the best learning rate of its grid (chosen on the valid split)."
     elif lrs:
         lr_note = (

@@ -1,16 +1,22 @@
 """The audit of verdict rules on constructed experiments (a rule that can only support, a
-knife-edge record, an edge learning rate) and on a committed record through the CLI."""
+knife-edge record, an edge learning rate, decisive margins, checks, can parts and their
+witnesses) and on committed records (through the CLI; the fragile one's margin)."""
 
+import dataclasses
+import math
 import pathlib
 
+import numpy as np
 import pytest
 
 from attnjax import cli
 from attnjax.experiment import Experiment, Summary
-from attnjax.experiment.audit import audit
+from attnjax.experiment.audit import audit, audit_table
+from attnjax.experiment.margins import decisive, smallest
+from attnjax.experiment.parts import Check, Part
 from attnjax.experiment.record import read_rows
 from attnjax.experiment.report import mean_ci95
-from attnjax.experiment.sweep import Stats, summarize
+from attnjax.experiment.sweep import Stats, summarize, sweep_report
 
 ROOT = pathlib.Path(__file__).parents[2]
 POINTS = ({"model.score": "dot"}, {"model.score": "additive"})
@@ -83,3 +89,113 @@ def test_audit_refuses_an_analysis_experiment_in_one_line(capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert "needs experiments/activation.py and" in err or "is an analysis" in err
+
+
+def test_margins_are_the_decisive_comparisons_in_paired_standard_errors(smoke_config):
+    """Additive's lower end clears dot's upper end: that comparison decides *supported*, its
+    margin is the gap over the standard error of the per-seed differences; the comparisons a
+    rule makes only to word its reason (``max`` of the means) decide nothing."""
+
+    def rule(summary):
+        dot, additive = summary[POINTS[0]], summary[POINTS[1]]
+        best = max(dot.mean, additive.mean)  # compared, but only for the text
+        verdict = "supported" if additive.lower > dot.upper else "inconclusive"
+        return verdict, f"best {best:.3f}"
+
+    dot, additive = [0.50, 0.52, 0.49, 0.51, 0.50], [0.95, 0.97, 0.96, 0.94, 0.98]
+    summary = _summary(dot, additive)
+    found = audit(_experiment(smoke_config, rule), summary, draws=10)
+    assert [str(c) for c in found.margins] == ["score=additive lower > score=dot upper"], (
+        found.margins
+    )
+    a, d = summary[POINTS[1]], summary[POINTS[0]]
+    gap = a.lower - d.upper
+    se = np.std(np.subtract(additive, dot), ddof=1) / np.sqrt(5)
+    assert found.margin.margin == pytest.approx(gap / se) and found.margin.held
+    assert "SE: `score=additive lower > score=dot upper`" in audit_table({"c": found})
+
+
+def test_a_bar_comparison_has_the_points_standard_error_and_ties_have_none(smoke_config):
+    def rule(summary):
+        return ("supported", "") if summary[POINTS[1]].mean >= 0.9 else ("refuted", "")
+
+    found = audit(_experiment(smoke_config, rule), _summary([0.5] * 5, [0.9, 1.0] * 2 + [1.0]))
+    (c,) = found.margins
+    assert c.difference == pytest.approx(0.06)
+    assert c.margin == pytest.approx(0.06 / (np.std([0.9, 1.0] * 2 + [1.0], ddof=1) / 5**0.5))
+    exact = audit(_experiment(smoke_config, rule), _summary([0.5] * 5, [1.0] * 5), draws=5)
+    assert exact.margin.margin == math.inf  # no spread over seeds
+    counts = audit(_experiment(smoke_config, _by_counts), _summary([0.5] * 5, [1.0] * 5), draws=5)
+    assert counts.margins == () and "no traced comparison" in audit_table({"c": counts})
+
+
+def _by_counts(summary):
+    """A rule on per-seed values (solved counts): no traced comparison."""
+    return ("supported", "") if summary[POINTS[1]].solved(0.9) >= 3 else ("refuted", "")
+
+
+def test_checks_are_reported_and_never_change_the_verdict(smoke_config):
+    checks = (
+        Check("weights sum to 1", lambda: True),
+        Check("cap is 3/4", lambda: False, "theorem"),
+        Check("raises", lambda: 1 / 0, "initialization"),
+    )
+    plain = _experiment(smoke_config, _additive_wins)
+    checked = dataclasses.replace(plain, checks=checks)
+    summary = _summary([0.5] * 5, [0.9] * 5)
+    found = audit(checked, summary, draws=10)
+    assert found.verdict == audit(plain, summary, draws=10).verdict == "supported"
+    assert found.checks == (("weights sum to 1", True), ("cap is 3/4", False), ("raises", False))
+    assert "check-failed" in found.flags and "check-failed" not in audit(plain, summary).flags
+    assert "weights sum to 1: pass; cap is 3/4: FAIL" in audit_table({"c": found})
+    body = sweep_report(checked, summary, "supported", "r", 5)
+    assert "**Checks** (hold by construction; not evidence, not counted in the verdict)" in body
+    with pytest.raises(ValueError, match="kind"):
+        Check("x", lambda: True, "hunch")
+
+
+def test_a_witness_supports_a_can_part_and_training_alone_may_not_refute_one(smoke_config):
+    """The fair rule can give *refuted*: a *can* part resting on it alone is flagged; a
+    witness reaching the bar, or an impossibility argument, lifts the flag; a *does* part and
+    a rule that cannot refute are never flagged."""
+    experiment = dataclasses.replace(_experiment(smoke_config, _additive_wins), solved_at=0.9)
+    summary = _summary([0.5] * 5, [0.9] * 5)
+
+    def flags(*parts):
+        return audit(dataclasses.replace(experiment, parts=parts), summary, draws=5).flags
+
+    bare = Part("additive can rank the key", "can")
+    assert "can-refuted-by-training (additive can rank the key)" in flags(bare)
+    witnessed = dataclasses.replace(bare, witness=lambda: 1.0)
+    found = audit(dataclasses.replace(experiment, parts=(witnessed,)), summary, draws=5)
+    assert not any(f.startswith("can-refuted") for f in found.flags)
+    assert str(found.parts[0]) == "can: additive can rank the key (witness 1.000)"
+    short = dataclasses.replace(bare, witness=lambda: 0.6)
+    assert "can-refuted-by-training (additive can rank the key)" in flags(short)
+    argued = dataclasses.replace(bare, impossibility="tests/test_scores.py::test_affine")
+    assert not any(f.startswith("can-refuted") for f in flags(argued))
+    assert not any(f.startswith("can-refuted") for f in flags(Part("training finds it", "does")))
+
+    def never_refutes(s):
+        return ("supported", "") if s[POINTS[1]].mean >= 0.9 else ("inconclusive", "")
+
+    lenient = dataclasses.replace(bare, rule=never_refutes)
+    assert not any(f.startswith("can-refuted") for f in flags(lenient))
+    body = sweep_report(dataclasses.replace(experiment, parts=(witnessed,)), summary, "s", "", 5)
+    assert "witness (hand-set parameters) reaches 1.000, which supports it on its own" in body
+    with pytest.raises(ValueError, match="for a can part"):
+        Part("x", "does", witness=lambda: 1.0)
+
+
+def test_the_fragile_committed_record_has_the_smallest_margin():
+    """mqar's E6 is the fragile record (about 60% bootstrap agreement): its decisive margin is
+    under one standard error, every other traced record's is over two."""
+    from attnjax.experiment import load_file
+
+    margins = {}
+    for name in ("mqar", "mqa_ordering", "impostor", "copy"):
+        experiment = load_file(ROOT / "experiments" / f"{name}.py").get_experiment()
+        rows = read_rows(ROOT / "results" / name / "results.csv")
+        margins[name] = smallest(decisive(experiment.verdict, summarize(experiment, rows)[0]))
+    assert margins["mqar"].margin < 1 and str(margins["mqar"]).startswith("layers=2 width=256")
+    assert all(margins[n].margin > 2 for n in ("mqa_ordering", "impostor", "copy"))
