@@ -364,6 +364,11 @@ def _check_qkv(query: Array, key: Array, value: Array) -> None:
                 f"{name}: expected a floating-point array, got {x.dtype} (jax.nn would return "
                 f"a truncated integer output); cast it, e.g. {name}.astype(jnp.float32)"
             )
+    if not query.dtype == key.dtype == value.dtype:
+        raise ValueError(
+            f"query, key, value: expected one dtype, as jax.nn does; got {query.dtype}, "
+            f"{key.dtype}, {value.dtype} (cast them, e.g. key.astype(query.dtype))"
+        )
     if key.shape[:-1] != value.shape[:-1]:
         raise ValueError(f"key, value: batch, length and head dims must match; got {shapes}")
     if query.shape[:-3] != key.shape[:-3]:

@@ -31,7 +31,7 @@ def test_head_contributions_sum_to_the_layer_output():
     module = load_file(EXPERIMENTS / "head_init.py")
     key = jax.random.key(3)
     parts = module.head_contributions(key, 4, "scaled_dot")
-    layer = nn.MultiHeadAttention(4, module.WIDTH, rngs=nnx.Rngs(key))
+    layer = nn.MultiHeadAttention(4, module.WIDTH, kernel_init=module.XAVIER, rngs=nnx.Rngs(key))
     x = jax.random.normal(jax.random.fold_in(key, 1), (1, module.TOKENS, module.WIDTH))
     assert parts.shape == (4, module.TOKENS, module.WIDTH)
     assert jax.numpy.allclose(parts.sum(0), layer(x)[0], atol=1e-5)

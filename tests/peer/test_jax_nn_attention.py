@@ -33,9 +33,7 @@ upstream's shape ``B, T, S, N, H = 2, 128, 128, 4, 32``, batch 1 being a slice o
 Calls that ``jax.nn`` refuses (shapes, ranks, dtypes, heads, lengths, implementation) must
 raise a ``ValueError`` or ``TypeError`` in attnjax too, except where attnjax documents a
 superset: ``value`` with its own head size ``Hv`` (``[B, S, K, Hv]``) and lengths of any
-integer dtype (``Int[ArrayLike, "B"]``; ``jax.nn``: int32 only). attnjax also accepts ``query``,
-``key`` and ``value`` of different dtypes, which ``jax.nn`` refuses: strict xfails, a drop-in
-difference that nothing documents.
+integer dtype (``Int[ArrayLike, "B"]``; ``jax.nn``: int32 only).
 
 ``implementation="pallas"`` refuses dense boolean masks and ``bias`` with a ``ValueError``
 naming the argument (``docs/tiled.md``, "The Pallas path refuses"); those combinations are
@@ -439,24 +437,10 @@ BAD_CALLS = (
     "kv-lengths-float",
     "implementation",
 )
-# jax.nn requires query, key and value of one dtype; attnjax computes in float32 whatever the
-# input dtypes and returns the query's dtype, so it accepts these calls: a drop-in difference,
-# not a documented refusal.
-ACCEPTS_MIXED_DTYPES = pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="attnjax accepts query/key/value of different dtypes, where jax.nn raises ValueError",
-)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(case, marks=ACCEPTS_MIXED_DTYPES if case.endswith("-dtype") else ())
-        for case in BAD_CALLS
-    ],
-)
+@pytest.mark.parametrize("case", BAD_CALLS)
 def test_refuses_what_jax_nn_refuses(case, impl):
     # Traced only (jax.eval_shape): the refusals are checks of shapes and dtypes.
     args, options = _bad_calls()[case]
