@@ -12,7 +12,7 @@ from attnjax.call import AttentionCall, MaskMod, ScoreMod, prepare
 from attnjax.chunked import chunked_attention
 from attnjax.dense import dense_attention
 from attnjax.masks import BlockMask
-from attnjax.pallas import pallas_attention, unsupported
+from attnjax.pallas import pallas_attention, triton_backend, unsupported
 from attnjax.tiling import BlockSizes
 
 IMPLEMENTATIONS = {
@@ -144,7 +144,7 @@ def _choose(call: AttentionCall, num_queries: int, num_keys: int, return_weights
     if jax.default_backend() == "gpu":
         if _cudnn_refuses(call) is None:
             return "cudnn"
-        if unsupported(call) is None:
+        if unsupported(call) is None and triton_backend.missing() is None:
             return "pallas"
     return "chunked"
 

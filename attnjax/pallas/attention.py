@@ -9,7 +9,9 @@ the kernels differentiate the rest with their own backward passes.
 Score and mask mods are traced into the kernels, which then follow the tile schedule of the
 block mask (:mod:`attnjax.pallas.mods`). The kernels target GPUs (Triton); elsewhere they run
 in Pallas interpret mode (slow: for tests). Callables, dense boolean masks, ``bias`` and mods
-that do not lower for Triton are refused: use ``"chunked"``.
+that do not lower for Triton are refused: use ``"chunked"``. On a JAX without the Pallas Triton
+backend, GPU calls are refused with a message naming ``"chunked"`` and ``"cudnn"``
+(:mod:`attnjax.pallas.triton_backend`).
 """
 
 import jax

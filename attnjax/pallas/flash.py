@@ -26,11 +26,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pl_triton
 from jaxtyping import Array, Float, Int
 
 from attnjax.masks import MaskSpec
 from attnjax.masks.checks import run_mod
+from attnjax.pallas import triton_backend
 from attnjax.softmax import online_finish, online_init, online_step, recomputed_probs
 from attnjax.tiling import (
     BlockSizes,
@@ -434,18 +434,18 @@ def _extras(config, specs, w, extras, program_axis):
 
 
 def _call(config, kernel, grid, in_specs, out_specs, out_shape, *args):
-    return pl.pallas_call(
+    call = pl.pallas_call(
         functools.partial(kernel, config),
         grid=grid,
         in_specs=in_specs,
         out_specs=out_specs,
         out_shape=out_shape,
         interpret=config.interpret,
-        compiler_params=pl_triton.CompilerParams(
-            num_warps=config.num_warps, num_stages=config.num_stages
-        ),
+        compiler_params=triton_backend.compiler_params(config.num_warps, config.num_stages),
         name=f"attnjax_{kernel.__name__.strip('_')}",
-    )(*args)
+    )
+    with triton_backend.quiet():  # eager calls lower here (under jit: where jit lowers)
+        return call(*args)
 
 
 def _forward(config, q, k, v, w, info, extras):

@@ -7,22 +7,27 @@
 - Gradients of float ``mod_params``: the kernels do not form them; an identity on the
   outputs whose VJP also runs the chunked path's supplies them (one extra chunked pass, in the
   backward pass only).
-- :func:`lowering_error`: whether a mod lowers to a Triton kernel, checked before use on GPU.
+- :func:`lowering_error`: whether a mod lowers to a Triton kernel, checked before use on GPU
+  (once per mod, parameter shapes and dtypes: the answers are cached).
 """
 
+import collections
+import contextlib
 import dataclasses
 import functools
+import inspect
+import threading
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pl_triton
 from jaxtyping import Array, Int
 
 from attnjax.call import AttentionCall, merge_floats, split_floats
 from attnjax.chunked import chunked_attention
 from attnjax.masks import EMPTY, FULL, PARTIAL, TileKinds
+from attnjax.pallas import triton_backend
 from attnjax.pallas.flash import kernel_params
 from attnjax.tiling import pad_axis
 
@@ -98,14 +103,30 @@ def _mod_vjp_bwd(residuals, cotangents):
 _with_mod_vjp.defvjp(_mod_vjp_fwd, _mod_vjp_bwd)
 
 
+# A GPU to lower for where none is attached (Triton's lowering reads the compute capability).
+ABSTRACT_GPU = "NVIDIA H100"
+# How many lowering checks to remember (mod, name, parameter shapes and dtypes each).
+LOWERING_CACHE_SIZE = 1024
+_lowering_cache: collections.OrderedDict = collections.OrderedDict()
+_lowering_lock = threading.Lock()
+
+
 def lowering_error(call: AttentionCall) -> str | None:
     """``None`` if the call's mods lower into a Triton kernel (checked with
-    ``jax.export(..., platforms=["cuda"])``, no GPU needed), else a message naming the mod."""
-    treedef, leaves = padded_leaves(call.mod_params)
-    shapes = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves)
+    ``jax.export(..., platforms=["cuda"])``, no GPU needed), else a message naming the mod.
+
+    Each answer is cached, keyed on the mod (its code, defaults and closed-over values when
+    they are hashable, so a mod rebuilt per step hits the cache; else the mod object itself)
+    and the padded shapes and dtypes of ``mod_params``: a check exports once, not per call.
+    """
+    missing = triton_backend.missing()
+    if missing is not None:
+        return missing
+    leaves, treedef = jax.tree.flatten(call.mod_params)
+    shapes = tuple(jax.ShapeDtypeStruct(_padded_shape(x.shape), x.dtype) for x in leaves)
     for name in ("score_mod", "mask_mod"):
         mod = getattr(call, name)
-        error = None if mod is None else _lowering_error(name, mod, treedef, shapes)
+        error = None if mod is None else _cached_lowering_error(name, mod, treedef, shapes)
         if error is not None:
             return (
                 f"{name}: {getattr(mod, '__qualname__', mod)!r} does not lower into the Pallas "
@@ -114,9 +135,92 @@ def lowering_error(call: AttentionCall) -> str | None:
     return None
 
 
-@functools.cache
+def _padded_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape :func:`padded_leaves` gives a leaf of ``shape``."""
+    if not shape or not all(shape):
+        return tuple(shape)
+    return tuple(pl.next_power_of_2(n) for n in shape)
+
+
+class _Unhashable(Exception):
+    pass
+
+
+def mod_signature(mod: Any, depth: int = 0) -> Any:
+    """A hashable key equal for mods that trace alike: a function's code, defaults and
+    closed-over values (functions and ``functools.partial`` recursively); raises
+    ``_Unhashable`` when a value is not hashable (an array, say)."""
+    if depth > 8:
+        raise _Unhashable
+    if isinstance(mod, functools.partial):
+        keywords = tuple(sorted((k, _value_key(v, depth)) for k, v in mod.keywords.items()))
+        args = tuple(_value_key(a, depth) for a in mod.args)
+        return ("partial", mod_signature(mod.func, depth + 1), args, keywords)
+    if inspect.ismethod(mod):
+        return ("method", _value_key(mod.__self__, depth, callables=False), mod.__func__)
+    code = getattr(mod, "__code__", None)
+    wrapped = getattr(mod, "__wrapped__", None)
+    if code is not None and wrapped is not None and _is_type_checker(code):
+        # jaxtyping/beartype run-time checks (a new wrapper per decorated closure) do not
+        # change what the mod lowers to: the wrapped function decides.
+        return ("checked", code, mod_signature(wrapped, depth + 1))
+    if code is None:
+        return ("object", _value_key(mod, depth, callables=False))
+    try:
+        cells = tuple(_value_key(c.cell_contents, depth) for c in mod.__closure__ or ())
+    except ValueError as error:  # an empty cell
+        raise _Unhashable from error
+    kwdefaults = tuple(sorted((mod.__kwdefaults__ or {}).items()))
+    return (
+        "function",
+        code,
+        _value_key(mod.__defaults__, depth),
+        _value_key(kwdefaults, depth),
+        cells,
+    )
+
+
+def _is_type_checker(code) -> bool:
+    filename = code.co_filename.replace("\\", "/")
+    return "/jaxtyping/" in filename or "/beartype/" in filename or "beartype" in filename[:12]
+
+
+def _value_key(value: Any, depth: int, callables: bool = True) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_value_key(v, depth) for v in value)
+    if callables and callable(value) and not isinstance(value, type):
+        return mod_signature(value, depth + 1)
+    try:
+        hash(value)
+    except TypeError as error:
+        raise _Unhashable from error
+    return (type(value), value)
+
+
+def _cached_lowering_error(name, mod, treedef, shapes) -> str | None:
+    try:
+        key = (name, mod_signature(mod), treedef, shapes)
+        hash(key)
+    except (_Unhashable, TypeError):
+        key = (name, id(mod), treedef, shapes)
+        hold = mod  # keep the object alive so its id is not reused while cached
+    else:
+        hold = None
+    with _lowering_lock:
+        if key in _lowering_cache:
+            _lowering_cache.move_to_end(key)
+            return _lowering_cache[key][0]
+    error = _lowering_error(name, mod, treedef, shapes)
+    with _lowering_lock:
+        _lowering_cache[key] = (error, hold)
+        while len(_lowering_cache) > LOWERING_CACHE_SIZE:
+            _lowering_cache.popitem(last=False)
+    return error
+
+
 def _lowering_error(name, mod, treedef, shapes) -> str | None:
-    """Lower a one-tile kernel that applies ``mod`` for CUDA; the error's first line or None."""
+    """Lower a one-tile kernel that applies ``mod`` for CUDA; the error's first line or None.
+    Without a GPU attached, it lowers for an abstract one (:data:`ABSTRACT_GPU`)."""
     tile = 16
 
     def kernel(*refs):
@@ -137,15 +241,27 @@ def _lowering_error(name, mod, treedef, shapes) -> str | None:
             in_specs=[pl.BlockSpec(x.shape, lambda b, h, nd=x.ndim: (0,) * nd) for x in leaves],
             out_specs=pl.BlockSpec((tile, tile), lambda b, h: (0, 0)),
             out_shape=jax.ShapeDtypeStruct((tile, tile), jnp.float32),
-            compiler_params=pl_triton.CompilerParams(num_warps=4, num_stages=1),
+            compiler_params=triton_backend.compiler_params(num_warps=4, num_stages=1),
         )(*leaves)
 
     try:
-        jax.export.export(
-            jax.jit(apply),
-            platforms=["cuda"],
-            disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")],
-        )(*shapes)
+        with triton_backend.quiet(), _target_gpu():
+            jax.export.export(
+                jax.jit(apply),
+                platforms=["cuda"],
+                disabled_checks=[
+                    jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
+                ],
+            )(*shapes)
     except Exception as error:
         return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
     return None
+
+
+def _target_gpu():
+    """The attached GPU, or an abstract one (``jax.sharding.AbstractDevice``) without: JAX
+    0.12's Triton lowering needs one to read the compute capability from."""
+    if jax.default_backend() == "gpu":
+        return contextlib.nullcontext()
+    device = jax.sharding.AbstractDevice(device_kind=ABSTRACT_GPU, num_cores=None, platform="cuda")
+    return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device))
