@@ -16,6 +16,7 @@ MODULES = [
     "attnjax.masks",
     "attnjax.mods",
     "attnjax.tiling",
+    "attnjax.patterns",
     "attnjax.sharded",
     "attnjax.nn",
     "attnjax.nn.mods",
