@@ -14,8 +14,8 @@ def get_config(variant: str | None = None) -> ExperimentConfig:
         model=dict(kind="transformer", width=16, layers=1, heads=1, mlp=False, norms=False),
         optim=OptimConfig(learning_rate=1e-2),
         train=TrainConfig(
-            steps=10 if smoke else 400,
-            eval_every=10 if smoke else 100,
+            steps=10 if smoke else 2000,
+            eval_every=10 if smoke else 500,
             batch_size=64,
             eval_batch_size=32 if smoke else 1024,
         ),

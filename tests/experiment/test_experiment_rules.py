@@ -25,20 +25,47 @@ def _summary(experiment, values, default):
     return Summary(entries)
 
 
-def test_xor_bits_cap_is_three_quarters_and_every_part_is_judged():
+def test_xor_bits_can_by_construction_does_by_training_per_rate(monkeypatch):
     module = _load("xor_bits")
     assert math.isclose(module.single_head_cap(), 0.75)
     exp = module.get_experiment(smoke=True)
-    one, solved = module.ONE_HEAD, [1.0] * 5
+    at_cap, solved, lost = [0.75] * 5, [1.0] * 5, [0.75, 0.5, 0.75, 0.5, 0.75]
 
-    def verdict(one_head, **others):
-        values = [(one, one_head)] + [(getattr(module, k), v) for k, v in others.items()]
-        return exp.verdict(_summary(exp, values, solved))[0]
+    def verdict(one_head=None, **models):
+        """Every rate of each model at ``solved`` (one head: ``at_cap``) unless a list of
+        per-rate seed values is given."""
+        values = []
+        for name, default in [("ONE_HEAD", at_cap), ("TWO_HEADS", solved), ("WITH_MLP", solved),
+                              ("WITH_LAYERNORM", solved)]:  # fmt: skip
+            given = one_head if name == "ONE_HEAD" else models.get(name)
+            per_rate = given or [default] * len(module.RATES)
+            values += list(zip(module._rated(getattr(module, name)), per_rate, strict=True))
+        return exp.verdict(_summary(exp, values, at_cap))
 
-    assert verdict([0.75] * 5) == "supported"
-    assert verdict([0.75] * 4 + [1.0]) == "refuted"  # one seed beats the cap
-    assert verdict([0.75] * 5, WITH_LAYERNORM=[0.75] * 5) == "refuted"  # LN part judged
-    assert verdict([0.75] * 5, TWO_HEADS=[1.0, 1.0, 0.75, 0.75, 0.75]) == "inconclusive"
+    five = len(module.RATES)
+    assert verdict()[0] == "supported"
+    # a does part: supported at some rate with 3 of 5 seeds, refuted only at 0 of 5 everywhere
+    three = [[1.0, 1.0, 1.0, 0.75, 0.75]] + [lost] * (five - 1)
+    assert verdict(WITH_LAYERNORM=three)[0] == "supported"
+    two = [[1.0, 1.0, 0.75, 0.75, 0.75]] + [lost] * (five - 1)
+    assert verdict(WITH_LAYERNORM=two)[0] == "inconclusive"
+    found, reason = verdict(WITH_LAYERNORM=[lost] * five)
+    assert found == "refuted" and "1 head + LayerNorm ✗" in reason and "can: 3/3" in reason
+    assert verdict(TWO_HEADS=[lost] * five)[0] == "refuted"
+    # training reaches the cap: all five seeds at some rate; none anywhere refutes it
+    assert verdict(one_head=[lost] * (five - 1) + [at_cap])[0] == "supported"
+    assert verdict(one_head=[[0.75] * 4 + [0.5]] * five)[0] == "inconclusive"
+    assert verdict(one_head=[[0.5] * 5] * five)[0] == "refuted"
+    # a run above the cap is a bug, reported, not counted
+    found, reason = verdict(one_head=[[0.75] * 4 + [1.0]] + [at_cap] * (five - 1))
+    assert found == "supported" and "1 trained 1-head runs above 3/4 (a BUG" in reason
+    # a can part rests on its witness: training never refutes it; only an impossibility does
+    name = "1 head + LayerNorm"
+    monkeypatch.setitem(module.CAN_RULES, name, module.can_part(name, lambda: 0.0))
+    assert verdict()[0] == "inconclusive"
+    impossible = module.can_part(name, lambda: 0.0, impossible=lambda: True)
+    monkeypatch.setitem(module.CAN_RULES, name, impossible)
+    assert verdict()[0] == "refuted"
 
 
 def test_min_of_keys_needs_the_control_to_refute_two_heads():
