@@ -450,7 +450,14 @@ def sweep_tables(experiment: Experiment, summary: Summary) -> str:
             f"Each point at its best learning rate of {list(lrs)} (chosen on the valid split)."
         )
     else:
-        lr_note = f"Learning rate {experiment.base.optim.learning_rate:g} for every point."
+        base = f"{experiment.base.optim.learning_rate:g}"
+        own = sum("optim.learning_rate" in point for point in experiment.points)
+        others = "" if own == len(experiment.points) else f"; {base} for the others"
+        lr_note = (
+            f"The learning rate each point sets (the lr column){others}."
+            if own
+            else f"Learning rate {base} for every point."
+        )
     edges = edge_points(summary)
     edge_note = (
         f"\n**Best learning rate at the edge of the grid** ({len(edges)} of {len(summary)} "
