@@ -249,6 +249,7 @@ class MultiHeadAttention(nnx.Module):
         is_causal: bool = False,
         out_sharding: Any = None,
         qkv_sharding: Any = None,
+        input_positions: Int[Array, "*#B T"] | None = None,
         positions: Int[Array, "*#B T"] | None = None,
         return_weights: bool = False,
         mod_params: Mapping[str, Any] | None = None,
@@ -258,12 +259,14 @@ class MultiHeadAttention(nnx.Module):
         """Flax's call: self-attention (``inputs_k`` None), cross-attention to ``inputs_k``
         (``inputs_v`` None: the same inputs), or separate keys and values, with any leading
         batch dimensions (the same for all three); ``mask`` is True where a query may attend;
-        ``out_sharding``/``qkv_sharding`` go to the projections. RoPE positions default to
-        ``0..T-1``; keys share the queries' positions in self-attention and use ``0..S-1``
-        otherwise. ``mod_params`` (data for the mods, such as document ids) joins the score
-        mod module's own parameters. ``attention_kwargs`` go to :func:`attnjax.attention`:
-        ``bias``, ``temperature``, ``q_segment_ids``/``kv_segment_ids``,
-        ``query_seq_lengths``/``key_value_seq_lengths``, ``local_window_size``,
+        ``out_sharding``/``qkv_sharding`` go to the projections; ``input_positions`` go to
+        ``attention_fn`` as in Flax, else they are the RoPE positions (as ``positions``).
+        RoPE positions default to ``0..T-1``; keys share the queries' positions in
+        self-attention and use ``0..S-1`` otherwise. ``mod_params`` (data for the mods, such
+        as document ids) joins the score mod module's own parameters. ``attention_kwargs`` go
+        to :func:`attnjax.attention`: ``bias``, ``temperature``,
+        ``q_segment_ids``/``kv_segment_ids``, ``query_seq_lengths``/``key_value_seq_lengths``,
+        ``local_window_size``,
         ``causal_offset``, ``block_sizes``."""
         if inputs_k is None and inputs_v is not None:
             raise ValueError(
@@ -274,6 +277,8 @@ class MultiHeadAttention(nnx.Module):
             raise ValueError(
                 f"inputs_q: {inputs_q.shape[-1]} features, the module expects {self.in_features}"
             )
+        if input_positions is not None and self.attention_fn is None:
+            positions = _rope_positions(self.rope, input_positions, positions)
         self_attention = inputs_k is None
         inputs_k = inputs_q if self_attention else inputs_k
         inputs_v = inputs_k if inputs_v is None else inputs_v
@@ -325,7 +330,8 @@ class MultiHeadAttention(nnx.Module):
                 dropout_rng=key, dropout_rate=self.dropout_rate,
                 broadcast_dropout=self.broadcast_dropout, deterministic=not dropout,
                 dtype=self.dtype, precision=self.precision, module=self if sow else None,
-                is_causal=is_causal,
+                is_causal=is_causal and not decode,  # the cache's mask is causal already
+                **({} if input_positions is None else {"input_positions": input_positions}),
             )  # fmt: skip
             return self.out(self._gated(out), out_sharding=out_sharding)
         if decode:
@@ -432,6 +438,18 @@ def add_head_gates(model: nnx.Module) -> nnx.Module:
             dtype = layer.query.kernel[...].dtype
             layer.gate = HeadGate(jnp.ones((layer.num_heads,), dtype))
     return model
+
+
+def _rope_positions(rope: bool, input_positions: Array, positions: Array | None) -> Array:
+    """Flax's ``input_positions`` as attnjax's RoPE ``positions``."""
+    if not rope:
+        raise ValueError(
+            "input_positions: Flax passes them to attention_fn; without attention_fn they are "
+            "RoPE positions, and this module has rope=False"
+        )
+    if positions is not None:
+        raise ValueError("input_positions, positions: the same positions; pass one")
+    return input_positions
 
 
 def _check_attention_fn(**attnjax_options: Any) -> None:

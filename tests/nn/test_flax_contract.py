@@ -150,3 +150,25 @@ def test_attention_fn_replaces_attnjaxs_attention_as_in_flax():
     steps = [ours(x[:, t : t + 1], decode=True, deterministic=True) for t in range(T)]
     full = ref(x, mask=nnx.make_causal_mask(x[..., 0]), deterministic=True)
     np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+def test_input_positions_are_rope_positions_or_reach_attention_fn():
+    x, positions = X[0], jnp.arange(T)[::-1]
+    rotary = ann.MultiHeadAttention(4, D, rope=True, rngs=nnx.Rngs(1))
+    np.testing.assert_array_equal(
+        rotary(x, input_positions=positions), rotary(x, positions=positions)
+    )
+    with pytest.raises(ValueError, match=r"input_positions: .* rope=False"):
+        _pair()[0](x, input_positions=positions)
+    seen = {}
+
+    def recording(query, key, value, *, input_positions=None, is_causal=False, **flax_args):
+        seen.update(positions=input_positions, is_causal=is_causal)
+        return nnx.dot_product_attention(query, key, value, mask=flax_args["mask"])
+
+    module = ann.MultiHeadAttention(4, D, attention_fn=recording, rngs=nnx.Rngs(1))
+    module(x, input_positions=positions)
+    np.testing.assert_array_equal(seen["positions"], positions)
+    module.init_cache(x.shape)
+    module(x[:, :1], decode=True, is_causal=True)  # the cache's mask is causal already
+    assert seen == {"positions": None, "is_causal": False}
