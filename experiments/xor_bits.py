@@ -27,7 +27,6 @@ from attnjax.experiment import (
     Check,
     Experiment,
     Part,
-    Stats,
     Summary,
     combine,
     load_file,
@@ -178,7 +177,6 @@ def layernorm_model() -> nnx.Module:
     return model
 
 
-
 def _rated(model: dict) -> list[dict]:
     """The sweep's points of ``model``: one per learning rate of :data:`RATES`."""
     return [model | {"optim.learning_rate": lr} for lr in RATES]
@@ -239,7 +237,6 @@ def acceptance(model: nnx.Module) -> dict[str, float | bool]:
     still solve it (fixed key). ``accepted`` iff all hold."""
     task = tasks.get("xor_bits")
     batch = task.all_examples(task.config())
-    target = np.asarray(batch["targets"])[:, -1]
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     leaves, tree = jax.tree.flatten(params)
     largest = max(float(jnp.max(jnp.abs(x))) for x in leaves)
@@ -248,11 +245,15 @@ def acceptance(model: nnx.Module) -> dict[str, float | bool]:
 
     def perturbed(key):
         keys = jax.random.split(key, len(leaves))
-        noisy = [x + NOISE * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)]
+        noisy = [
+            x + NOISE * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)
+        ]
         return task.metrics(nnx.merge(graphdef, jax.tree.unflatten(tree, noisy), rest)(batch),
                             batch)["accuracy"]  # fmt: skip
 
-    robust = float(jnp.mean(jax.vmap(perturbed)(jax.random.split(jax.random.key(0), DRAWS)) >= SOLVED))
+    robust = float(
+        jnp.mean(jax.vmap(perturbed)(jax.random.split(jax.random.key(0), DRAWS)) >= SOLVED)
+    )
     found = {
         "accuracy": _accuracy(model),
         "largest_param": largest,
@@ -414,10 +415,11 @@ def verdict(summary: Summary) -> tuple[str, str]:
     LayerNorm each supported iff at some rate of the grid ≥ 3 of 5 seeds solve all four inputs;
     refuted iff 0 of 5 seeds solve it at every rate; else inconclusive. "1 head reaches the
     cap": supported iff at some rate all 5 seeds reach 3/4 (exactly 3/4 unless the bug
-    detector fires); refuted iff no seed reaches it at any rate; else inconclusive. "At some rate" is what it says: valid and test are the
-    same four inputs, so choosing a rate is choosing on the judged outcome; the rule counts
-    seeds per rate and takes the best rate, i.e. it judges "training finds it at some rate of
-    the declared grid", not "at a rate chosen beforehand".
+    detector fires); refuted iff no seed reaches it at any rate; else inconclusive. "At some
+    rate" is what it says: valid and test are the same four inputs, so choosing a rate is
+    choosing on the judged outcome; the rule counts seeds per rate and takes the best rate,
+    i.e. it judges "training finds it at some rate of the declared grid", not "at a rate
+    chosen beforehand".
 
     The claim's verdict combines every part (combine: refuted iff any part is, supported iff
     all are, else inconclusive). The can parts hold by construction, so the verdict is
@@ -433,8 +435,11 @@ def verdict(summary: Summary) -> tuple[str, str]:
         f"can: {cans}/{len(can)} by construction ({', '.join(t for _, t in can)}; witnesses, "
         f"a proof, not an experiment); does (trained seeds 5-9, best rate of the grid): "
         f"{', '.join(t for _, t in does)}; cap check: {over} trained 1-head runs above 3/4"
-        + (" (a BUG: the code is not the theorem's model; this record is not evidence)"
-           if over else " (a bug detector, not counted)")
+        + (
+            " (a BUG: the code is not the theorem's model; this record is not evidence)"
+            if over
+            else " (a bug detector, not counted)"
+        )
         + ". Reading (changed from the first record): the can parts are established by "
         "construction, so this verdict is the does parts' — whether training finds the "
         "solutions, not whether they exist."

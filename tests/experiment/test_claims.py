@@ -11,9 +11,9 @@ import pytest
 
 from attnjax import cli
 from attnjax.experiment import claims, load_file, recompute, sweep
-from attnjax.experiment.sweep import labels
 from attnjax.experiment.record import publish
 from attnjax.experiment.storage import read_csv
+from attnjax.experiment.sweep import labels
 
 ROOT = pathlib.Path(__file__).parents[2]
 TOLERANCE = 1e-6  # absolute, on every number of a rerun's results.csv (measured: bit-identical)
