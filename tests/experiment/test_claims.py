@@ -3,10 +3,12 @@
 a cheap experiment rerun reproduces its committed record."""
 
 import dataclasses
+import json
 import math
 import pathlib
 import shutil
 
+import jax
 import pytest
 
 from attnjax import cli
@@ -17,6 +19,9 @@ from attnjax.experiment.sweep import labels
 
 ROOT = pathlib.Path(__file__).parents[2]
 TOLERANCE = 1e-6  # absolute, on every number of a rerun's results.csv (measured: bit-identical)
+# on a JAX other than the record's, XLA's float32 rounding differs and 2000 training steps carry
+# it into the losses (measured: up to 4.5e-4, jax 0.12.0.1 against the record's 0.10.2)
+ACROSS_JAX_VERSIONS = 1e-2
 
 
 def _project(tmp_path: pathlib.Path) -> pathlib.Path:
@@ -107,9 +112,10 @@ def test_rerun_reproduces_the_committed_record(tmp_path):
     lr 0.03" (the does part that decides its verdict; 5 seeds x 2000 steps, about 15 s) is
     retrained from scratch with the experiment's own base config and seeds, and its rows of
     results.csv must equal the committed ones (every number within TOLERANCE, every text
-    column exactly). The whole record (20 points) takes minutes to rerun, so only this subset
-    is retrained; the whole report.md is then recomputed from all committed rows (what
-    `attnjax claims --check` does) and must equal the committed one."""
+    column exactly; within ACROSS_JAX_VERSIONS on a JAX other than the record's). The whole
+    record (20 points) takes minutes to rerun, so only this subset is retrained; the whole
+    report.md is then recomputed from all committed rows (what `attnjax claims --check` does)
+    and must equal the committed one."""
     module = load_file(ROOT / "experiments" / "xor_bits.py")
     exp = module.get_experiment()
     point = module.WITH_LAYERNORM | {"optim.learning_rate": 0.03}
@@ -122,12 +128,14 @@ def test_rerun_reproduces_the_committed_record(tmp_path):
     published = [r for r in read_csv(ROOT / "results" / "xor_bits" / "results.csv")
                  if r["point"] == label]  # fmt: skip
     rerun = read_csv(tmp_path / "results.csv")
+    env = json.loads((ROOT / "results" / "xor_bits" / "env.json").read_text())
+    tolerance = TOLERANCE if env["jax"] == jax.__version__ else ACROSS_JAX_VERSIONS
     assert len(rerun) == len(published) == 5 and list(rerun[0]) == list(published[0])
     assert sorted(int(r["seed"]) for r in rerun) == [5, 6, 7, 8, 9]  # not the pilot's 0-4
     for new, old in zip(rerun, published, strict=True):
         for column, value in old.items():
             try:
-                assert math.isclose(float(new[column]), float(value), abs_tol=TOLERANCE), column
+                assert math.isclose(float(new[column]), float(value), abs_tol=tolerance), column
             except ValueError:  # text columns
                 assert new[column] == value, column
     shutil.rmtree(tmp_path / "points")
