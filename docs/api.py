@@ -23,6 +23,7 @@ MODULES = [
     "attnjax.analysis",
     "attnjax.tasks",
     "attnjax.experiment",
+    "attnjax.experiment.stats",
 ]
 PATH = pathlib.Path(__file__).parent / "api.md"
 HEADER = """# API reference

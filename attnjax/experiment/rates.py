@@ -55,6 +55,9 @@ class AutoRates:
         return tuple(sorted(r for r in rates if r not in start))
 
 
+AUTO = AutoRates((1e-3, 3e-3, 1e-2), factor=3.0, bounds=(1e-5, 1.0))  # learning_rates="auto"
+
+
 def _round(rate: float) -> float:
     """Three significant digits: ``1e-3 / 3`` → ``0.000333``."""
     return float(f"{rate:.3g}")

@@ -25,7 +25,7 @@ import jax
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, with_overrides
 from attnjax.experiment.parts import Check, Part, declared_notes
-from attnjax.experiment.rates import AutoRates, extension_note
+from attnjax.experiment.rates import AUTO, AutoRates, extension_note
 from attnjax.experiment.run import check_workdir, train_and_evaluate
 
 VERDICTS = ("supported", "refuted", "inconclusive")
@@ -123,7 +123,8 @@ class Experiment:
     (verdict, reason)`` looks the points' stats up by their overrides. ``learning_rates``,
     when given, are all trained (vectorized) and each point is compared at its best one; a
     function of the point's overrides gives each point its own grid (e.g. one per optimizer);
-    an :class:`AutoRates` grows each point's grid until its best rate is interior.
+    an :class:`AutoRates` grows each point's grid until its best rate is interior (``"auto"``:
+    :data:`attnjax.experiment.rates.AUTO`).
     ``solved_at``: a threshold whose solved-seed counts the report shows. ``checks``: parts of
     the claim that hold by construction, reported pass/fail and never counted in the verdict;
     ``parts``: the parts judged, *can* or *does*, with witnesses (:mod:`attnjax.experiment.
@@ -143,6 +144,15 @@ class Experiment:
     checks: tuple[Check, ...] = ()
     parts: tuple[Part, ...] = ()
     pilot_seeds: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if isinstance(self.learning_rates, str):
+            if self.learning_rates != "auto":
+                raise ValueError(
+                    f"learning_rates: {self.learning_rates!r}; the one named grid is 'auto' "
+                    f"(an AutoRates from {list(AUTO.start)})"
+                )
+            object.__setattr__(self, "learning_rates", AUTO)
 
     def rates(self, point: Mapping[str, Any]) -> tuple[float, ...] | None:
         """The learning rates trained at ``point``."""

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from attnjax.experiment import Experiment, with_overrides
+from attnjax.experiment import Experiment, rates, with_overrides
 from attnjax.experiment.rates import AutoRates
 from attnjax.experiment.recompute import Differs, expected_report
 from attnjax.experiment.record import read_rows
@@ -69,6 +69,17 @@ def test_auto_rates_step_down_round_and_refuse_bad_grids():
         AutoRates((1e-3, 1e-2), factor=1.0)
     with pytest.raises(ValueError, match="two or more"):
         AutoRates((1e-3,))
+
+
+def test_learning_rates_auto_names_the_default_growing_grid(smoke_config):
+    def make(rates):
+        return Experiment("a", "X1", "c", smoke_config, ({"model.heads": 1},), "accuracy",
+                          lambda s: ("inconclusive", ""), learning_rates=rates)  # fmt: skip
+
+    assert make("auto").learning_rates == rates.AUTO
+    assert make("auto").rates({"model.heads": 1}) == (1e-3, 3e-3, 1e-2)
+    with pytest.raises(ValueError, match="the one named grid is 'auto'"):
+        make("grid")
 
 
 def test_a_record_may_not_train_its_pilot_seeds(smoke_config):
