@@ -13,15 +13,17 @@ from attnjax.chunked import chunked_attention
 from attnjax.dense import dense_attention
 from attnjax.masks import BlockMask
 from attnjax.pallas import pallas_attention, triton_backend, unsupported
+from attnjax.pallas.tpu import tpu_attention
 from attnjax.tiling import BlockSizes
 
 IMPLEMENTATIONS = {
     "xla": dense_attention,
     "chunked": chunked_attention,
     "pallas": pallas_attention,
+    "pallas_tpu": tpu_attention,
     "cudnn": None,  # jax.nn.dot_product_attention(implementation="cudnn"), see _cudnn
 }
-TILED = ("chunked", "pallas")
+TILED = ("chunked", "pallas", "pallas_tpu")
 # implementation=None on CPU: dense below this many logits per (batch, head), chunked from it
 # on. Measured with benchmarks/attention.py (docs/performance.md).
 CHUNKED_MIN_LOGITS = 512 * 512
@@ -95,7 +97,9 @@ def attention(
     ``implementation``: ``"xla"`` (dense: materializes the logits), ``"chunked"`` (online
     softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (Pallas
     kernels for the named dot-product and additive scores, structured masks only),
-    ``"cudnn"`` (``jax.nn``'s cuDNN kernel: GPU, ``dot``/``scaled_dot``, no mods) or ``None``:
+    ``"pallas_tpu"`` (the Mosaic TPU flash kernel, in TPU interpret mode off TPU: dot-family
+    scores, causal with offset, windows and lengths; no mods yet), ``"cudnn"`` (``jax.nn``'s
+    cuDNN kernel: GPU, ``dot``/``scaled_dot``, no mods) or ``None``:
     :func:`choose_implementation` decides. Tiled implementations never form the weights, so
     ``return_weights=True`` with them is an error. ``block_sizes`` (:class:`attnjax.BlockSizes`)
     sets their tiles; each has defaults. See ``docs/tiled.md``.

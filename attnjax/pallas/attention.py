@@ -77,12 +77,12 @@ def pallas_attention(
         q, k, w = _fold_additive(query, key, call.score_params, temperature, num_heads)
         value = jnp.repeat(value, num_heads // value.shape[2], axis=2)  # k' has N heads
     else:
-        q, k = _fold_dot(call.score_name, query, key, call.score_params, temperature)
+        q, k = fold_dot(call.score_name, query, key, call.score_params, temperature)
         w = None
     q = pad_axis(q, 1, tq)
     k, v = pad_axis(k, 1, ts), pad_axis(value, 1, ts)
     spec = call.mask_spec
-    info, segments = _mask_inputs(spec, batch, num_queries, num_keys, tq, ts)
+    info, segments = mask_inputs(spec, batch, num_queries, num_keys, tq, ts)
     sparse = call.has_mods or call.block_mask is not None
     extras, treedef = Extras(segments), None
     if sparse:
@@ -109,33 +109,34 @@ def pallas_attention(
     return out, None, lse
 
 
-def unsupported(call: AttentionCall) -> str | None:
-    """Why the kernels cannot take this call, or ``None`` when they can."""
+def unsupported(call: AttentionCall, name: str = "pallas") -> str | None:
+    """Why the kernels cannot take this call, or ``None`` when they can (``name``: the
+    implementation named in the message)."""
     if call.score_name not in TILE_SCORES:
         return (
-            f"score: implementation='pallas' takes one of {list(TILE_SCORES)}, got "
+            f"score: implementation={name!r} takes one of {list(TILE_SCORES)}, got "
             f"{'a callable' if call.score_name is None else repr(call.score_name)}; use "
             "implementation='chunked' for other scores"
         )
     if call.mask is not None:
         return (
-            "mask: implementation='pallas' takes structured masks only (is_causal, lengths, "
+            f"mask: implementation={name!r} takes structured masks only (is_causal, lengths, "
             "segment ids, local_window_size); use implementation='chunked' for dense masks"
         )
     if call.bias is not None:
-        return "bias: implementation='pallas' takes no bias; use implementation='chunked'"
-    for name in ("score_mod", "mask_mod"):
+        return f"bias: implementation={name!r} takes no bias; use implementation='chunked'"
+    for mod in ("score_mod", "mask_mod"):
         try:
-            if getattr(call, name) is not None:
-                check_closure(name, getattr(call, name), arrays=True)
+            if getattr(call, mod) is not None:
+                check_closure(mod, getattr(call, mod), arrays=True)
         except ValueError as error:
-            return f"{error} (implementation='pallas' cannot capture arrays)"
+            return f"{error} (implementation={name!r} cannot capture arrays)"
     t = as_4d(call.temperature)
     additive = call.score_hidden is not None
     if t is not None and (t.shape[3] != 1 or (additive and t.shape[2] != 1)):
         expected = "[#B, #N, 1, 1]" if additive else "[#B, #N, #T, 1]"
         return (
-            f"temperature: implementation='pallas' with score={call.score_name!r} needs a "
+            f"temperature: implementation={name!r} with score={call.score_name!r} needs a "
             f"temperature broadcastable to {expected}, got shape {call.temperature.shape}"
         )
     return None
@@ -161,7 +162,7 @@ def _per_head(x: Array) -> Array:
     return jnp.reshape(jnp.asarray(x, jnp.float32), (1, 1, -1, 1))
 
 
-def _fold_dot(score_name, query, key, params, temperature):
+def fold_dot(score_name, query, key, params, temperature):
     """``(q', k')`` with ``score(q, k) / temperature == q' · k'``."""
     q, k = query.astype(jnp.float32), key.astype(jnp.float32)
     if score_name == "scaled_dot":
@@ -196,7 +197,7 @@ def _fold_additive(query, key, params, temperature, num_heads):
     return q.astype(query.dtype), k.astype(query.dtype), w
 
 
-def _mask_inputs(spec: MaskSpec, batch, num_queries, num_keys, tq, ts):
+def mask_inputs(spec: MaskSpec, batch, num_queries, num_keys, tq, ts):
     """``info [B, 4]`` (offset, query length, key length, 0) and padded segment ids or None."""
 
     def length(x, full):

@@ -42,7 +42,7 @@ from attnjax.tiling import (
 )
 
 
-def _dot(a: Array, b: Array, contract: tuple[int, int]) -> Array:
+def dot(a: Array, b: Array, contract: tuple[int, int]) -> Array:
     """A matmul accumulating in float32. Float32 inputs run at full precision (Triton would
     use TF32 otherwise); bfloat16/float16 inputs use the tensor cores' native precision."""
     full = jnp.float32 in (a.dtype, b.dtype)
@@ -61,17 +61,17 @@ class Dot:
     @staticmethod
     def logits(q, k, w):
         del w
-        return _dot(q, k, (1, 1))
+        return dot(q, k, (1, 1))
 
     @staticmethod
     def grad_q(ds, q, k, w):
         del q, w
-        return _dot(ds.astype(k.dtype), k, (1, 0))
+        return dot(ds.astype(k.dtype), k, (1, 0))
 
     @staticmethod
     def grad_k_w(ds, q, k, w):
         del k, w
-        return _dot(ds.astype(q.dtype), q, (0, 0)), None
+        return dot(ds.astype(q.dtype), q, (0, 0)), None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,7 +239,7 @@ def _num_blocks(length, block: int):
     return pl.cdiv(length, jnp.asarray(block, length.dtype))
 
 
-def _key_blocks(config, info, q_start, num_k_blocks):
+def key_blocks(config, info, q_start, num_k_blocks):
     """``(lo, full_lo, full_hi, hi)``: the key blocks a query block visits; those in
     ``[full_lo, full_hi)`` need no mask (rows past the query length are fixed separately)."""
     bq, bk = config.blocks.block_q, config.blocks.block_k
@@ -252,7 +252,7 @@ def _key_blocks(config, info, q_start, num_k_blocks):
     return lo, full_lo, jnp.maximum(full_lo, jnp.minimum(full_hi, info[2] // bk)), hi
 
 
-def _query_blocks(config, info, k_start, num_q_blocks):
+def query_blocks(config, info, k_start, num_q_blocks):
     """``(lo, full_lo, full_hi, hi)``: the query blocks that see a key block, as above."""
     bq, bk = config.blocks.block_q, config.blocks.block_k
     spec = _spec(config, info[0])
@@ -286,13 +286,13 @@ def _forward_kernel(config, *refs):
                 carry,
                 s,
                 mask,
-                lambda p: _dot(p.astype(v_ref.dtype), v_ref[keys, :], (1, 0)),
+                lambda p: dot(p.astype(v_ref.dtype), v_ref[keys, :], (1, 0)),
             )
 
         return step
 
     num_k_blocks = k_ref.shape[0] // bk
-    ranges = functools.partial(_key_blocks, config, info, q_start, num_k_blocks)
+    ranges = functools.partial(key_blocks, config, info, q_start, num_k_blocks)
     init = online_init((bq,), v_ref.shape[-1])
     out, lse = online_finish(_loop(config, r, ranges, body, init))
     valid = q_idx < info[1]  # unmasked tiles also fill rows past the query length
@@ -320,8 +320,8 @@ def _dkv_kernel(config, *refs):
             mask = _mask(config, r, masked, info, q_idx, k_idx, q_seg, k_seg)
             s, slope = _tile_logits(config, r, info, q, k, w, q_idx, k_idx)
             p = recomputed_probs(s, lse_ref[rows], mask)
-            dv = dv + _dot(p.astype(do.dtype), do, (0, 0))
-            ds = p * (_dot(do, v, (1, 1)) - delta_ref[rows][:, None])
+            dv = dv + dot(p.astype(do.dtype), do, (0, 0))
+            ds = p * (dot(do, v, (1, 1)) - delta_ref[rows][:, None])
             ds = ds if slope is None else ds * slope
             dk_t, dw_t = config.tile_score.grad_k_w(ds, q, k, w)
             return dk + dk_t, dv, None if dw is None else dw + dw_t
@@ -329,7 +329,7 @@ def _dkv_kernel(config, *refs):
         return step
 
     num_q_blocks = q_ref.shape[0] // bq
-    ranges = functools.partial(_query_blocks, config, info, k_start, num_q_blocks)
+    ranges = functools.partial(query_blocks, config, info, k_start, num_q_blocks)
     dw = None if r.w is None else jnp.zeros(w.shape, jnp.float32)
     init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32), dw)
     dk, dv, dw = _loop(config, r, ranges, body, init)
@@ -359,14 +359,14 @@ def _dq_kernel(config, *refs):
             mask = _mask(config, r, masked, info, q_idx, k_idx, q_seg, k_seg)
             s, slope = _tile_logits(config, r, info, q, k, w, q_idx, k_idx)
             p = recomputed_probs(s, lse, mask)
-            ds = p * (_dot(do, v_ref[keys, :], (1, 1)) - delta[:, None])
+            ds = p * (dot(do, v_ref[keys, :], (1, 1)) - delta[:, None])
             ds = ds if slope is None else ds * slope
             return dq + config.tile_score.grad_q(ds, q, k, w)
 
         return step
 
     num_k_blocks = k_ref.shape[0] // bk
-    ranges = functools.partial(_key_blocks, config, info, q_start, num_k_blocks)
+    ranges = functools.partial(key_blocks, config, info, q_start, num_k_blocks)
     dq_ref[...] = _loop(config, r, ranges, body, jnp.zeros(q.shape, jnp.float32))
 
 

@@ -1,0 +1,421 @@
+"""``implementation="pallas_tpu"``: a Mosaic TPU flash kernel (forward, dK/dV and dQ).
+
+It shares the Triton path's preparation (:mod:`attnjax.pallas.attention`: dot-family scores
+and the temperature folded into ``q'`` and ``k'``, the per-batch ``info`` row of causal offset
+and lengths) and its tile ranges (:func:`attnjax.pallas.flash.key_blocks` and
+``query_blocks``: the causal/window bounds of :class:`attnjax.masks.MaskSpec` and the
+lengths). What is TPU-shaped:
+
+- Layout ``[B, N, T, D]``: the last two dimensions of a block must be multiples of the
+  (8, 128) float32 / (16, 128) bfloat16 tile, so heads move out of them. Head dimensions are
+  padded with zeros to 128 lanes (no change to any logit), sequences to whole blocks.
+- The loop over the other sequence is the innermost grid axis ("arbitrary"), so Pallas
+  pipelines its DMAs; running max, sum and accumulators live in VMEM scratch, row statistics
+  replicated over 128 lanes as in JAX's TPU kernel. Offset and lengths are scalar-prefetched:
+  the index maps clamp a skipped block to a visited one, so a skipped tile costs neither
+  compute nor DMA. Tile masks use 2-D iotas (Mosaic's vectors are 2-D).
+- GQA: K/V index maps read head ``n // G``; the dK/dV grid runs over K/V heads and sums the
+  ``G`` query heads of its group in VMEM (no repeat in HBM, no per-query-head dK).
+- float32 accumulation: matmuls with ``preferred_element_type=float32`` (``HIGHEST`` for
+  float32 inputs), softmax in float32 whatever the input dtype.
+
+Off TPU the kernels run in JAX's TPU interpret mode (``pltpu.InterpretParams``: simulated HBM,
+VMEM and DMAs); the CPU tests use it. Scores other than the dot family, dense masks, bias,
+segment ids, mods and block masks are refused (:func:`unsupported`): use ``"chunked"``.
+"""
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jaxtyping import Array, Float, Int
+
+from attnjax.call import AttentionCall
+from attnjax.masks import MaskSpec
+from attnjax.pallas import attention as triton_path
+from attnjax.pallas.flash import dot, key_blocks, query_blocks
+from attnjax.softmax import MASK_VALUE
+from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
+
+NAME = "pallas_tpu"
+LANES = 128
+# JAX's TPU flash attention (jax.experimental.pallas.ops.tpu.flash_attention,
+# BlockSizes.get_default): 128 x 128 tiles for the forward and both backward kernels.
+DEFAULT_BLOCKS = BlockSizes(block_q=128, block_k=128)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Static settings of one kernel call (the fields :func:`key_blocks` reads, and more)."""
+
+    blocks: BlockSizes
+    is_causal: bool
+    window: tuple[int, int] | None
+    group: int  # query heads per K/V head
+    interpret: Any  # False on TPU, else pltpu.InterpretParams
+    segments: bool = False
+
+
+def tpu_attention(
+    query: Float[Array, "B T N H"],
+    key: Float[Array, "B S K H"],
+    value: Float[Array, "B S K Hv"],
+    call: AttentionCall,
+    interpret: Any = None,
+) -> tuple[Float[Array, "B T N Hv"], None, Float[Array, "B N T"]]:
+    """Attention on already validated inputs: ``(output, None, log-sum-exp)``.
+
+    Same contract as :func:`attnjax.chunked.chunked_attention`. ``interpret``: ``None``
+    runs the Mosaic kernel on TPU and TPU interpret mode elsewhere; ``False`` forces the
+    Mosaic kernel (to export for TPU from another machine), or give ``pltpu.InterpretParams``.
+    """
+    reason = unsupported(call)
+    if reason is not None:
+        raise ValueError(reason)
+    if interpret is None:
+        interpret = False if jax.default_backend() == "tpu" else pltpu.InterpretParams()
+    batch, num_queries, num_heads, _ = query.shape
+    num_keys, num_kv = key.shape[1], key.shape[2]
+    blocks = _blocks(call.blocks(None), query.dtype, num_queries, num_keys)
+    tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
+    temperature = as_4d(call.temperature)
+    q, k = triton_path.fold_dot(call.score_name, query, key, call.score_params, temperature)
+    q, k, v = (_lanes_last(x, n) for x, n in ((q, tq), (k, ts), (value, ts)))
+    info, _ = triton_path.mask_inputs(call.mask_spec, batch, num_queries, num_keys, tq, ts)
+    spec = call.mask_spec
+    config = Config(blocks, spec.is_causal, spec.window, num_heads // num_kv, interpret)
+    out, lse = flash(config, q, k, v, info)
+    out = jnp.swapaxes(out[:, :, :num_queries, : value.shape[-1]], 1, 2)
+    return out.astype(query.dtype), None, lse[:, :, :num_queries]
+
+
+def unsupported(call: AttentionCall) -> str | None:
+    """Why the TPU kernel cannot take this call (yet), or ``None`` when it can."""
+    reason = triton_path.unsupported(call, NAME)
+    if reason is not None:
+        return reason
+    refused = {
+        "score": call.score_hidden is not None,
+        "q_segment_ids": call.mask_spec.q_segment_ids is not None,
+        "score_mod": call.score_mod is not None,
+        "mask_mod": call.mask_mod is not None,
+        "block_mask": call.block_mask is not None,
+    }
+    for name, refuse in refused.items():
+        if refuse:
+            what = repr(call.score_name) if name == "score" else "given"
+            return (
+                f"{name}: implementation={NAME!r} does not take it yet ({what}; it takes the "
+                "dot-family scores, causal with offset, windows and lengths); use "
+                "implementation='chunked'"
+            )
+    return None
+
+
+def _blocks(blocks, dtype, num_queries, num_keys) -> BlockSizes:
+    """Checked tiles: ``block_q`` a multiple of the sublane tile (8 for float32, 16 for
+    16-bit dtypes), ``block_k`` of 128 lanes; clamped to the lengths rounded up to them."""
+    sublanes = 8 * 4 // max(2, min(jnp.dtype(dtype).itemsize, 4))
+    blocks = blocks or DEFAULT_BLOCKS
+    for name, multiple in (("block_q", sublanes), ("block_k", LANES)):
+        if getattr(blocks, name) % multiple:
+            raise ValueError(
+                f"block_sizes.{name}: implementation={NAME!r} needs a multiple of {multiple} "
+                f"for {jnp.dtype(dtype).name} (the TPU's tile), got {getattr(blocks, name)}"
+            )
+    return BlockSizes(
+        min(blocks.block_q, round_up(num_queries, sublanes)),
+        min(blocks.block_k, round_up(num_keys, LANES)),
+    )
+
+
+def _lanes_last(x: Float[Array, "B L M D"], length: int) -> Float[Array, "B M Lp Dp"]:
+    """``[B, L, M, D]`` as ``[B, M, L, D]``, padded with zeros to ``length`` and 128 lanes."""
+    x = pad_axis(jnp.swapaxes(x, 1, 2), 2, length)
+    return pad_axis(x, 3, round_up(x.shape[3], LANES))
+
+
+def _row(info_ref, b):
+    """``(causal offset, query length, key length)`` of batch ``b`` as scalars."""
+    return info_ref[b, 0], info_ref[b, 1], info_ref[b, 2]
+
+
+def _key_range(config, info_ref, b, i, num_k_blocks):
+    """``(lo, full_lo, full_hi, hi)``: the key blocks query block ``i`` visits."""
+    return key_blocks(config, _row(info_ref, b), i * config.blocks.block_q, num_k_blocks)
+
+
+def _query_range(config, info_ref, b, j, num_q_blocks):
+    """``(lo, full_lo, full_hi, hi)``: the query blocks that see key block ``j``."""
+    return query_blocks(config, _row(info_ref, b), j * config.blocks.block_k, num_q_blocks)
+
+
+def _clamp(index, ranges, num_blocks):
+    """A grid index moved into the visited ``[lo, hi)`` of ``ranges`` (a skipped step re-reads
+    a visited block, so the pipeline issues no DMA for it), into ``[0, num_blocks)`` when that
+    is empty."""
+    return jnp.clip(jnp.clip(index, ranges[0], ranges[3] - 1), 0, num_blocks - 1)
+
+
+def _query_grid(config, num_k_blocks):
+    """Index maps of a grid ``(B, N, query block, key block)``: rows (q, dO, lse, output) at
+    the query block, K and V at the key block (clamped) of head ``n // G``."""
+
+    def rows_at(b, n, i, j, info_ref):
+        return (b, n, i, 0)
+
+    def kv_at(b, n, i, j, info_ref):
+        j = _clamp(j, _key_range(config, info_ref, b, i, num_k_blocks), num_k_blocks)
+        return (b, n // config.group, j, 0)
+
+    return rows_at, kv_at
+
+
+def _tile_mask(config, info, q_start, k_start, shape):
+    """The tile's mask ``[bq, bk]``: the causal/window bounds of the shared
+    :meth:`MaskSpec.diff_bounds` and the lengths, on 2-D iotas."""
+    offset, q_len, k_len = info
+    q_idx = q_start + jax.lax.broadcasted_iota(jnp.int32, shape, 0)
+    k_idx = k_start + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
+    low, high = MaskSpec(config.is_causal, config.window).diff_bounds()
+    mask = (q_idx < q_len) & (k_idx < k_len)
+    diff = k_idx - (q_idx + offset)
+    if low is not None:
+        mask = mask & (diff >= low)
+    if high is not None:
+        mask = mask & (diff <= high)
+    return mask
+
+
+def _lanes(x: Float[Array, "R 128"], width: int) -> Float[Array, "R W"]:
+    """Lane-replicated row statistics widened (or cut) to ``width`` lanes."""
+    if width % LANES == 0:
+        return jnp.tile(x, (1, width // LANES))
+    return x[:, :width]
+
+
+def _when_visited(lo, full_lo, full_hi, hi, index, step):
+    """Run ``step(masked)`` if ``index`` is in ``[lo, hi)``: unmasked inside the full range."""
+    visited = (index >= lo) & (index < hi)
+    full = (index >= full_lo) & (index < full_hi)
+    pl.when(visited & full)(lambda: step(False))
+    pl.when(visited & ~full)(lambda: step(True))
+
+
+def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref):
+    b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
+    bq, bk = config.blocks.block_q, config.blocks.block_k
+    num_k_blocks = pl.num_programs(3)
+
+    @pl.when(j == 0)
+    def _():
+        m_ref[...] = jnp.full(m_ref.shape, MASK_VALUE, jnp.float32)
+        l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+    def step(masked):
+        s = dot(q_ref[...], k_ref[...], (1, 1))
+        mask = _tile_mask(config, _row(info_ref, b), i * bq, j * bk, s.shape) if masked else None
+        if mask is not None:
+            s = jnp.where(mask, s, MASK_VALUE)
+        m_prev = m_ref[...]
+        m_next = jnp.maximum(m_prev, jnp.max(s, axis=1)[:, None])
+        p = jnp.exp(s - _lanes(m_next, bk))
+        if mask is not None:
+            p = jnp.where(mask, p, 0.0)  # exact zeros while every key so far was masked
+        alpha = jnp.exp(m_prev - m_next)
+        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1)[:, None]
+        pv = dot(p.astype(v_ref.dtype), v_ref[...], (1, 0))
+        acc_ref[...] = _lanes(alpha, acc_ref.shape[1]) * acc_ref[...] + pv
+        m_ref[...] = m_next
+
+    _when_visited(*_key_range(config, info_ref, b, i, num_k_blocks), j, step)
+
+    @pl.when(j == num_k_blocks - 1)
+    def _():
+        total = l_ref[...]
+        rows = i * bq + jax.lax.broadcasted_iota(jnp.int32, total.shape, 0)
+        # No visible key (sum 0), or a row past the query length: output 0, lse -inf.
+        valid = (total != 0.0) & (rows < info_ref[b, 1])
+        safe = jnp.where(valid, total, 1.0)
+        scale = jnp.where(valid, 1.0 / safe, 0.0)
+        o_ref[...] = (acc_ref[...] * _lanes(scale, acc_ref.shape[1])).astype(o_ref.dtype)
+        lse_ref[...] = jnp.where(valid, m_ref[...] + jnp.log(safe), -jnp.inf)
+
+
+def _tile_grads(config, info_ref, b, i, j, refs, masked):
+    """A tile's ``q``, ``k``, ``dO``, recomputed probabilities ``P`` and
+    ``dS = P ∘ (dO Vᵀ - delta)`` (``[bq, bk]``) from the refs ``(q, k, v, dO, lse, delta)``."""
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = refs
+    bq, bk = config.blocks.block_q, config.blocks.block_k
+    q, k, do = q_ref[...], k_ref[...], do_ref[...]
+    s = dot(q, k, (1, 1))
+    p = jnp.exp(s - _lanes(lse_ref[...], bk))  # lse = +inf for empty rows: p = 0
+    if masked:
+        p = jnp.where(_tile_mask(config, _row(info_ref, b), i * bq, j * bk, s.shape), p, 0.0)
+    return q, k, do, p, p * (dot(do, v_ref[...], (1, 1)) - _lanes(delta_ref[...], bk))
+
+
+def _dkv_kernel(config, info_ref, *refs):
+    *refs, dk_ref, dv_ref = refs
+    b, j, g, i = pl.program_id(0), pl.program_id(2), pl.program_id(3), pl.program_id(4)
+
+    @pl.when((g == 0) & (i == 0))
+    def _():
+        dk_ref[...] = jnp.zeros(dk_ref.shape, jnp.float32)
+        dv_ref[...] = jnp.zeros(dv_ref.shape, jnp.float32)
+
+    def step(masked):
+        q, _, do, p, ds = _tile_grads(config, info_ref, b, i, j, refs, masked)
+        dv_ref[...] += dot(p.T.astype(do.dtype), do, (1, 0))
+        dk_ref[...] += dot(ds.T.astype(q.dtype), q, (1, 0))
+
+    _when_visited(*_query_range(config, info_ref, b, j, pl.num_programs(4)), i, step)
+
+
+def _dq_kernel(config, info_ref, *refs):
+    *refs, dq_ref = refs
+    b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
+
+    @pl.when(j == 0)
+    def _():
+        dq_ref[...] = jnp.zeros(dq_ref.shape, jnp.float32)
+
+    def step(masked):
+        _, k, _, _, ds = _tile_grads(config, info_ref, b, i, j, refs, masked)
+        dq_ref[...] += dot(ds.astype(k.dtype), k, (1, 0))
+
+    _when_visited(*_key_range(config, info_ref, b, i, pl.num_programs(3)), j, step)
+
+
+def _call(config, kernel, grid, in_specs, out_specs, out_shape, scratch, *args):
+    """``pallas_call`` with ``info`` scalar-prefetched; the last two grid axes reduce."""
+    semantics = ("parallel",) * (len(grid) - 2) + ("arbitrary",) * 2
+    return pl.pallas_call(
+        functools.partial(kernel, config),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1,
+            grid=grid,
+            in_specs=in_specs,
+            out_specs=out_specs,
+            scratch_shapes=scratch,
+        ),
+        out_shape=out_shape,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=semantics),
+        interpret=config.interpret,
+        name=f"attnjax_tpu{kernel.__name__.removesuffix('_kernel')}",
+    )(*args)
+
+
+def _forward(config, q, k, v, info):
+    batch, num_heads, tq, d = q.shape
+    hv, nk = v.shape[-1], k.shape[2] // config.blocks.block_k
+    bq, bk = config.blocks.block_q, config.blocks.block_k
+    row_at, kv_at = _query_grid(config, nk)
+    out, lse = _call(
+        config,
+        _forward_kernel,
+        (batch, num_heads, tq // bq, nk),
+        [
+            pl.BlockSpec((None, None, bq, d), row_at),
+            pl.BlockSpec((None, None, bk, d), kv_at),
+            pl.BlockSpec((None, None, bk, hv), kv_at),
+        ],
+        [pl.BlockSpec((None, None, bq, hv), row_at), pl.BlockSpec((None, None, bq, LANES), row_at)],
+        [
+            jax.ShapeDtypeStruct((batch, num_heads, tq, hv), v.dtype),
+            jax.ShapeDtypeStruct((batch, num_heads, tq, LANES), jnp.float32),
+        ],
+        [pltpu.VMEM((bq, LANES), jnp.float32)] * 2 + [pltpu.VMEM((bq, hv), jnp.float32)],
+        info,
+        q,
+        k,
+        v,
+    )
+    return out, lse[..., 0]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def flash(
+    config: Config,
+    q: Float[Array, "B N Tp D"],
+    k: Float[Array, "B K Sp D"],
+    v: Float[Array, "B K Sp Hv"],
+    info: Int[Array, "B 4"],
+) -> tuple[Float[Array, "B N Tp Hv"], Float[Array, "B N Tp"]]:
+    """``(output, lse)`` of the prepared inputs (padded, heads second), differentiable in
+    ``q``, ``k`` and ``v``; ``info`` rows are (causal offset, query length, key length, 0)."""
+    return _forward(config, q, k, v, info)
+
+
+def _flash_fwd(config, q, k, v, info):
+    out, lse = _forward(config, q, k, v, info)
+    return (out, lse), (q, k, v, info, out, lse)
+
+
+def _flash_bwd(config, residuals, cotangents):
+    q, k, v, info, out, lse = residuals
+    d_out, d_lse = cotangents
+    batch, num_heads, tq, d = q.shape
+    num_kv, ts, hv = k.shape[1], k.shape[2], v.shape[-1]
+    bq, bk, group = config.blocks.block_q, config.blocks.block_k, config.group
+    nq, nk = tq // bq, ts // bk
+    delta = jnp.einsum("bnth,bnth->bnt", d_out.astype(jnp.float32), out.astype(jnp.float32))
+    rows = lambda x: jnp.broadcast_to(x[..., None], (*x.shape, LANES))  # noqa: E731
+    args = (info, q, k, v, d_out, rows(jnp.where(lse == -jnp.inf, jnp.inf, lse)))
+    args = (*args, rows(delta - d_lse))
+
+    def q_at(b, h, j, g, i, info_ref):  # dK/dV grid: (B, K, key block, group member, q block)
+        i = _clamp(i, _query_range(config, info_ref, b, j, nq), nq)
+        return (b, h * group + g, i, 0)
+
+    def k_at(b, h, j, g, i, info_ref):
+        return (b, h, j, 0)
+
+    dk, dv = _call(
+        config,
+        _dkv_kernel,
+        (batch, num_kv, nk, group, nq),
+        [
+            pl.BlockSpec((None, None, bq, d), q_at),
+            pl.BlockSpec((None, None, bk, d), k_at),
+            pl.BlockSpec((None, None, bk, hv), k_at),
+            pl.BlockSpec((None, None, bq, hv), q_at),
+            pl.BlockSpec((None, None, bq, LANES), q_at),
+            pl.BlockSpec((None, None, bq, LANES), q_at),
+        ],
+        [pl.BlockSpec((None, None, bk, d), k_at), pl.BlockSpec((None, None, bk, hv), k_at)],
+        [
+            jax.ShapeDtypeStruct(k.shape, jnp.float32),
+            jax.ShapeDtypeStruct(v.shape, jnp.float32),
+        ],
+        [],
+        *args,
+    )
+
+    row_at, kv_at = _query_grid(config, nk)
+    dq = _call(
+        config,
+        _dq_kernel,
+        (batch, num_heads, nq, nk),
+        [
+            pl.BlockSpec((None, None, bq, d), row_at),
+            pl.BlockSpec((None, None, bk, d), kv_at),
+            pl.BlockSpec((None, None, bk, hv), kv_at),
+            pl.BlockSpec((None, None, bq, hv), row_at),
+            pl.BlockSpec((None, None, bq, LANES), row_at),
+            pl.BlockSpec((None, None, bq, LANES), row_at),
+        ],
+        pl.BlockSpec((None, None, bq, d), row_at),
+        jax.ShapeDtypeStruct(q.shape, jnp.float32),
+        [],
+        *args,
+    )
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+
+
+flash.defvjp(_flash_fwd, _flash_bwd)

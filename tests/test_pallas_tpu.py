@@ -1,0 +1,132 @@
+"""``implementation="pallas_tpu"``: the Mosaic TPU kernel in TPU interpret mode on CPU, against
+the dense path and JAX's own TPU flash kernel, and lowered for TPU without one.
+
+TPU interpret mode compiles each kernel in seconds: few small cases, each combining several
+features, run with race detection and NaN-filled uninitialized memory.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
+
+import attnjax as aj
+from attnjax.attention import prepare_call
+from attnjax.pallas.tpu import tpu_attention
+from tests.parity import FP32_FWD, FP32_GRAD, assert_matches, max_rel_error, qkv
+
+B, T, S, N, K, H = 2, 200, 256, 2, 1, 64  # T pads to 2 tiles of 128; H pads to 128 lanes
+CHECKED = pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan")
+# Parallel grid axes split over two simulated cores: a block written from both would race.
+TWO_CORES = dataclasses.replace(CHECKED, num_cores_or_threads=2)
+INTERPRETER = getattr(jax._src.pallas.mosaic, "interpret", None)
+
+
+@pytest.fixture(autouse=True)
+def _checked_interpret_mode(monkeypatch):
+    """Every kernel runs in the checked mode; no kernel may race (each one's race state is
+    recorded: the interpreter keeps only the last)."""
+    states = []
+    module = getattr(INTERPRETER, "interpret_pallas_call", None)
+    if module is not None and hasattr(module, "RaceDetectionState"):
+
+        class Recorded(module.RaceDetectionState):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                states.append(self)
+
+        monkeypatch.setattr(module, "RaceDetectionState", Recorded)
+    with pltpu.force_tpu_interpret_mode(CHECKED):
+        yield
+    assert not any(state.races_found for state in states), "a kernel races"
+
+
+def test_scaled_dot_gqa_causal_offset_lengths_temperature():
+    """Offset -3 leaves the first rows with no visible key (output 0, lse -inf, gradient 0);
+    batch 0 sees 150 keys and 180 queries, batch 1 all. On two simulated cores."""
+    q, k, v = qkv(0, B, T, S, N, K, H)
+    temperature = jnp.array([0.5, 2.0])[:, None, None]
+    diff = {"temperature": temperature, "score_params": {"scale": jnp.asarray(0.3)}}
+    with pltpu.force_tpu_interpret_mode(TWO_CORES):
+        out, lse, grads = assert_matches(
+            "pallas_tpu",
+            q,
+            k,
+            v,
+            diff,
+            is_causal=True,
+            causal_offset=jnp.asarray(-3),
+            query_seq_lengths=jnp.array([180, T], jnp.int32),
+            key_value_seq_lengths=jnp.array([150, S], jnp.int32),
+        )
+    assert np.all(np.asarray(out[:, :3]) == 0) and np.all(np.isneginf(lse[:, :, :3]))
+    assert np.all(np.asarray(grads[0][:, :3]) == 0)
+
+
+def test_bfloat16_cosine_window():
+    q, k, v = qkv(1, 1, T, S, N, K, H, jnp.bfloat16)
+    diff = {"score_params": {"scale": jnp.array([4.0, 8.0])}}
+    out, _, grads = assert_matches(
+        "pallas_tpu", q, k, v, diff, score="cosine", local_window_size=(40, 8)
+    )
+    assert out.dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in grads[:3])
+
+
+def test_matches_jax_tpu_flash_attention():
+    """JAX's TPU kernel (``[B, N, T, H]``, no GQA) on the same inputs: outputs and gradients."""
+    q, k, v = qkv(2, 1, 256, 256, 2, 2, H)
+    w = jax.random.normal(jax.random.key(3), q.shape)
+
+    def ours(q, k, v):
+        return jnp.sum(aj.attention(q, k, v, is_causal=True, implementation="pallas_tpu") * w)
+
+    def theirs(q, k, v):
+        heads_first = [jnp.swapaxes(x, 1, 2) for x in (q, k, v)]
+        out = jax_flash.flash_attention(*heads_first, causal=True, sm_scale=H**-0.5)
+        return jnp.sum(jnp.swapaxes(out, 1, 2) * w)
+
+    actual = jax.jit(jax.value_and_grad(ours, argnums=(0, 1, 2)))(q, k, v)
+    expected = jax.jit(jax.value_and_grad(theirs, argnums=(0, 1, 2)))(q, k, v)
+    assert max_rel_error(actual[0], expected[0]) <= FP32_FWD
+    assert max_rel_error(actual[1], expected[1]) <= FP32_GRAD
+
+
+def test_lowers_for_tpu():
+    """Exported for TPU on this CPU machine: forward, dK/dV and dQ are Mosaic custom calls."""
+    q, k, v = qkv(4, 1, 256, 256, 4, 2, H)
+
+    def loss(q, k, v):
+        q, k, v, call, _ = prepare_call(q, k, v, is_causal=True, causal_offset=jnp.asarray(5))
+        out, _, lse = tpu_attention(q, k, v, call, interpret=False)
+        return jnp.sum(out) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0))
+
+    # Mosaic's lowering reads the chip generation: an abstract TPU stands in for one.
+    tpu = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu")
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=tpu)
+    with pltpu.force_tpu_interpret_mode(None), jax.sharding.use_abstract_mesh(mesh):
+        exported = jax.export.export(jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=["tpu"])
+        text = exported(q, k, v).mlir_module()
+    assert text.count("tpu_custom_call") == 3
+
+
+def test_refuses_what_it_cannot_run():
+    q, k, v = qkv(5, 1, 16, 16, 2, 2, 8)
+    params = {"w_q": jnp.ones((8, 4)), "w_k": jnp.ones((8, 4)), "v": jnp.ones((4,))}
+    segments = {"q_segment_ids": jnp.zeros((1, 16), int), "kv_segment_ids": jnp.zeros((1, 16), int)}
+    refused = {
+        "score: implementation='pallas_tpu'": {"score": "additive", "score_params": params},
+        "bias: implementation='pallas_tpu'": {"bias": jnp.ones((16, 16))},
+        "q_segment_ids: implementation='pallas_tpu'": segments,
+        "score_mod: implementation='pallas_tpu'": {"score_mod": lambda s, b, h, q, k, p: s},
+        r"block_sizes\.block_k: implementation='pallas_tpu' needs a multiple of 128": {
+            "block_sizes": aj.BlockSizes(8, 64)
+        },
+    }
+    for message, kwargs in refused.items():
+        with pytest.raises(ValueError, match=message) as error:
+            aj.attention(q, k, v, implementation="pallas_tpu", **kwargs)
+        assert "chunked" in str(error.value) or "block_sizes" in message
