@@ -65,36 +65,69 @@ def attention_rows(
     Keywords of ``attention`` that only choose how it runs (``implementation``,
     ``block_sizes``, ``return_*``) are accepted and ignored, so one keyword dict serves both.
     """
-    query, key, _, call, batched = prepare_call(query, key, key, bias, mask, **attention_kwargs)
+    query, key, call, selection, batched = _rows_call(
+        query, key, rows, heads, bias, mask, attention_kwargs
+    )
+    rows, head_ids, _ = selection
     batch, num_queries, num_heads, _ = query.shape
-    num_keys = key.shape[1]
     lse = _check_lse(lse, (batch, num_heads, num_queries), batched)
-    rows = _check_indices("rows", rows, num_queries, num_keys)
-    head_ids = _check_indices("heads", heads, num_heads, None)
-    params = _head_params(call, head_ids, num_heads)
-    select_first = head_ids is not None and params is not None
-    if select_first:
-        call = _on_heads(call, head_ids, params)
-    weights = _rows_weights(query, key, lse, rows, call, head_ids if select_first else None)
-    if head_ids is not None and not select_first:
-        weights = jnp.take(weights, head_ids, axis=1)
+    logits, element_mask = _rows_logits(query, key, call, selection)
+    if head_ids is not None:
+        lse = jnp.take(lse, head_ids, axis=1)
+    weights = recomputed_probs(logits, jnp.take(lse, rows, axis=2), element_mask)
     return weights if batched else weights[0]
 
 
-def _rows_weights(query, key, lse, rows, call: AttentionCall, head_ids):
-    """``exp(logits - lse)`` of ``rows`` for the heads ``head_ids`` (``None``: all), ``call``
-    already restricted to those heads."""
+def logit_rows(
+    query: Float[ArrayLike, "*B T N H"],
+    key: Float[ArrayLike, "*B S K H"],
+    rows: Int[ArrayLike, " R"] | Sequence[int] | None,
+    bias: Float[ArrayLike, "..."] | None = None,
+    mask: Bool[ArrayLike, "..."] | None = None,
+    *,
+    heads: Int[ArrayLike, " M"] | Sequence[int] | None = None,
+    **attention_kwargs: Any,
+) -> Float[Array, "*B M R S"]:
+    """The logits ``[B, M, R, S]`` of query ``rows`` and ``heads`` (score, bias, temperature
+    and ``score_mod``, float32), masked keys ``-inf``: what the softmax of
+    :func:`attention_rows` reads, with its arguments (less ``lse``) and its limits."""
+    query, key, call, selection, batched = _rows_call(
+        query, key, rows, heads, bias, mask, attention_kwargs
+    )
+    logits, element_mask = _rows_logits(query, key, call, selection)
+    if element_mask is not None:
+        logits = jnp.where(element_mask, logits, -jnp.inf)
+    return logits if batched else logits[0]
+
+
+def _rows_call(query, key, rows, heads, bias, mask, attention_kwargs):
+    """The checked call of :func:`attention_rows`: ``(query, key, call, (rows, head_ids,
+    restricted), batched)``; ``restricted``: the call was restricted to ``head_ids`` (a named
+    score, whose per-head parameters can be sliced)."""
+    query, key, _, call, batched = prepare_call(query, key, key, bias, mask, **attention_kwargs)
+    rows = _check_indices("rows", rows, query.shape[1], key.shape[1])
+    head_ids = _check_indices("heads", heads, query.shape[2], None)
+    params = _head_params(call, head_ids, query.shape[2])
+    restricted = head_ids is not None and params is not None
+    if restricted:
+        call = _on_heads(call, head_ids, params)
+    return query, key, call, (rows, head_ids, restricted), batched
+
+
+def _rows_logits(query, key, call: AttentionCall, selection):
+    """The logits ``[B, M, R, S]`` of the selection's rows and heads (``None``: all) and
+    their element mask (``None``: none). A call not restricted to the heads (a callable
+    score) is evaluated on all heads, then the heads are taken."""
+    rows, head_ids, restricted = selection
     batch, _, num_heads, _ = query.shape
     num_keys = key.shape[1]
     group = num_heads // key.shape[2]
     q = jnp.swapaxes(jnp.take(query, rows, axis=1), 1, 2)  # [B, N, R, H]
-    if head_ids is None:
-        k = jnp.swapaxes(jnp.repeat(key, group, axis=2), 1, 2)  # [B, N, S, H]
-    else:
+    if restricted:
         q = jnp.take(q, head_ids, axis=1)
         k = jnp.swapaxes(jnp.take(key, head_ids // group, axis=2), 1, 2)
-        lse = jnp.take(lse, head_ids, axis=1)
-    lse = jnp.take(lse, rows, axis=2)
+    else:
+        k = jnp.swapaxes(jnp.repeat(key, group, axis=2), 1, 2)  # [B, N, S, H]
     rows_call = dataclasses.replace(
         call,
         bias=_take_rows(call.bias, rows),
@@ -114,7 +147,11 @@ def _rows_weights(query, key, lse, rows, call: AttentionCall, head_ids):
     )
     shape = (batch, q.shape[1])
     element_mask = rows_call.element_mask(shape, rows, k_idx, rows_call.mask, rows_call.mod_params)
-    return recomputed_probs(logits, lse, element_mask)
+    if head_ids is not None and not restricted:
+        logits = jnp.take(logits, head_ids, axis=1)
+        if element_mask is not None and element_mask.shape[1] != 1:
+            element_mask = jnp.take(element_mask, head_ids, axis=1)
+    return logits, element_mask
 
 
 def _check_lse(lse: ArrayLike, shape: tuple[int, int, int], batched: bool) -> Array:

@@ -15,6 +15,7 @@ from jaxtyping import Array, Bool, Float, Int, Shaped
 from attnjax.attention import attention
 from attnjax.call import MaskMod, ScoreMod
 from attnjax.masks import BlockMask
+from attnjax.nn import hooks
 from attnjax.nn.batching import flatten_batch, unflatten_batch
 from attnjax.nn.mods import split_mod
 from attnjax.nn.positional import default_positions, rope
@@ -314,12 +315,14 @@ class MultiHeadAttention(nnx.Module):
             q_pos = default_positions(q.shape[1]) if positions is None else positions
             k_pos = q_pos if self_attention else default_positions(k.shape[1])
             q, k = rope(q, q_pos, base=self.rope_base), rope(k, k_pos, base=self.rope_base)
+        q, k, v = (hooks.point(self, n, x, batch) for n, x in zip("qkv", (q, k, v), strict=True))
         if decode:  # attend to the cache: every key so far and these, causally
             k, v = self._cached(k, v, index)
         deterministic = self.deterministic if deterministic is None else deterministic
         dropout = self.dropout_rate > 0 and not deterministic
         sow = sow_weights or self.sow_weights
         if self.attention_fn is not None:
+            hooks.patterns(self)  # refuses logits/pattern hooks: attention_fn forms them
             _check_flax_call(return_weights, mod_params, block_mask, attention_kwargs)
             if decode:
                 mask = _cache_visible(mask, index, q.shape[1], k.shape[1])
@@ -333,7 +336,7 @@ class MultiHeadAttention(nnx.Module):
                 is_causal=is_causal and not decode,  # the cache's mask is causal already
                 **({} if input_positions is None else {"input_positions": input_positions}),
             )  # fmt: skip
-            return self.out(self._gated(out), out_sharding=out_sharding)
+            return hooks.project(self, hooks.point(self, "z", self._gated(out)), out_sharding)
         if decode:
             is_causal, attention_kwargs = True, {**attention_kwargs, "causal_offset": index}
         if dropout and self.implementation not in (None, DENSE):
@@ -344,6 +347,7 @@ class MultiHeadAttention(nnx.Module):
             )
         dense = return_weights or sow or dropout
         score_mod, own_params = split_mod(self.score_mod)
+        implementation = DENSE if dense else self.implementation
         common = {
             "mask": mask,
             "is_causal": is_causal,
@@ -354,9 +358,14 @@ class MultiHeadAttention(nnx.Module):
             "mod_params": {**own_params, **(mod_params or {})},
             **attention_kwargs,
         }
+        patterns = hooks.patterns(self)  # None unless a hook reads or replaces logits/pattern
         if self.sequence_parallel is not None:
             _check_sequence_parallel(dense=dense, block_mask=block_mask)
             out, weights, lse = self.sequence_parallel(q, k, v, **common), None, None
+        elif patterns is not None:
+            out, weights, lse = patterns.attend(
+                q, k, v, batch, implementation, dense, block_mask, common
+            )
         else:
             result = attention(
                 q,
@@ -364,7 +373,7 @@ class MultiHeadAttention(nnx.Module):
                 v,
                 return_weights=dense,
                 return_lse=dense,
-                implementation=DENSE if dense else self.implementation,
+                implementation=implementation,
                 block_mask=block_mask,
                 **common,
             )
@@ -376,7 +385,8 @@ class MultiHeadAttention(nnx.Module):
             key = _dropout_key(self.rngs if rngs is None else rngs)
             dropped = dropout_weights(weights, key, self.dropout_rate, self.broadcast_dropout)
             out = weighted_sum(dropped, v).astype(out.dtype)
-        out = self.out(self._gated(unflatten_batch(out, batch)), out_sharding=out_sharding)
+        z = hooks.point(self, "z", self._gated(unflatten_batch(out, batch)))
+        out = hooks.project(self, z, out_sharding)
         return (out, unflatten_batch(weights, batch)) if return_weights else out
 
     def _gated(self, out: Float[Array, "*B T N H"]) -> Float[Array, "*B T N H"]:

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
+from attnjax.nn import hooks
 from attnjax.nn.attention import MultiHeadAttention
 
 
@@ -79,7 +80,9 @@ class Block(nnx.Module):
         Packed rows: ``segment_ids`` (a query sees keys of its own segment) with ``positions``
         restarting per segment; padded rows: ``lengths`` (valid positions per row). Both reach
         attention as structured masks, so the tiled paths skip the tiles they empty.
-        ``deterministic`` and ``rngs`` (a key is split per sublayer) go to attention dropout."""
+        ``deterministic`` and ``rngs`` (a key is split per sublayer) go to attention dropout.
+        Hook points (:mod:`attnjax.nn.hooks`): ``resid_pre``, ``mlp_out``, ``resid_post``."""
+        x = hooks.point(self, "resid_pre", x)
         x = x + self.attention(
             _apply(self.attention_norm, x),
             mask=mask,
@@ -101,8 +104,8 @@ class Block(nnx.Module):
                 rngs=layer_rngs(rngs, 1),
             )
         if self.mlp is not None:
-            x = x + self.mlp(_apply(self.mlp_norm, x))
-        return x
+            x = x + hooks.point(self, "mlp_out", self.mlp(_apply(self.mlp_norm, x)))
+        return hooks.point(self, "resid_post", x)
 
 
 def packing(segment_ids: Array | None, lengths: Array | None) -> dict[str, Array]:
