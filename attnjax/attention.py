@@ -98,8 +98,8 @@ def attention(
     softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (Pallas
     kernels for the named dot-product and additive scores, structured masks only),
     ``"pallas_tpu"`` (the Mosaic TPU flash kernel, in TPU interpret mode off TPU: dot-family
-    scores, causal with offset, windows and lengths; no mods yet), ``"cudnn"`` (``jax.nn``'s
-    cuDNN kernel: GPU, ``dot``/``scaled_dot``, no mods) or ``None``:
+    scores, causal with offset, windows, lengths, segment ids; no mods yet), ``"cudnn"``
+    (``jax.nn``'s cuDNN kernel: GPU, ``dot``/``scaled_dot``, no mods) or ``None``:
     :func:`choose_implementation` decides. Tiled implementations never form the weights, so
     ``return_weights=True`` with them is an error. ``block_sizes`` (:class:`attnjax.BlockSizes`)
     sets their tiles; each has defaults. See ``docs/tiled.md``.

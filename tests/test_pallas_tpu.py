@@ -77,16 +77,30 @@ def test_bfloat16_cosine_window():
 
 
 def test_matches_jax_tpu_flash_attention():
-    """JAX's TPU kernel (``[B, N, T, H]``, no GQA) on the same inputs: outputs and gradients."""
+    """JAX's TPU kernel (``[B, N, T, H]``, no GQA) on the same inputs, causal with segment ids
+    (three documents, boundaries inside tiles): outputs and gradients."""
     q, k, v = qkv(2, 1, 256, 256, 2, 2, H)
     w = jax.random.normal(jax.random.key(3), q.shape)
+    ids = jnp.repeat(jnp.arange(3), jnp.array([100, 60, 96]))[None]
 
     def ours(q, k, v):
-        return jnp.sum(aj.attention(q, k, v, is_causal=True, implementation="pallas_tpu") * w)
+        out = aj.attention(
+            q,
+            k,
+            v,
+            is_causal=True,
+            q_segment_ids=ids,
+            kv_segment_ids=ids,
+            implementation="pallas_tpu",
+        )
+        return jnp.sum(out * w)
 
     def theirs(q, k, v):
         heads_first = [jnp.swapaxes(x, 1, 2) for x in (q, k, v)]
-        out = jax_flash.flash_attention(*heads_first, causal=True, sm_scale=H**-0.5)
+        segments = jax_flash.SegmentIds(q=ids, kv=ids)
+        out = jax_flash.flash_attention(
+            *heads_first, segment_ids=segments, causal=True, sm_scale=H**-0.5
+        )
         return jnp.sum(jnp.swapaxes(out, 1, 2) * w)
 
     actual = jax.jit(jax.value_and_grad(ours, argnums=(0, 1, 2)))(q, k, v)
@@ -100,7 +114,9 @@ def test_lowers_for_tpu():
     q, k, v = qkv(4, 1, 256, 256, 4, 2, H)
 
     def loss(q, k, v):
-        q, k, v, call, _ = prepare_call(q, k, v, is_causal=True, causal_offset=jnp.asarray(5))
+        ids = jnp.arange(256)[None] // 100
+        options = {"is_causal": True, "q_segment_ids": ids, "kv_segment_ids": ids}
+        q, k, v, call, _ = prepare_call(q, k, v, causal_offset=jnp.asarray(5), **options)
         out, _, lse = tpu_attention(q, k, v, call, interpret=False)
         return jnp.sum(out) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0))
 
@@ -116,11 +132,10 @@ def test_lowers_for_tpu():
 def test_refuses_what_it_cannot_run():
     q, k, v = qkv(5, 1, 16, 16, 2, 2, 8)
     params = {"w_q": jnp.ones((8, 4)), "w_k": jnp.ones((8, 4)), "v": jnp.ones((4,))}
-    segments = {"q_segment_ids": jnp.zeros((1, 16), int), "kv_segment_ids": jnp.zeros((1, 16), int)}
     refused = {
         "score: implementation='pallas_tpu'": {"score": "additive", "score_params": params},
         "bias: implementation='pallas_tpu'": {"bias": jnp.ones((16, 16))},
-        "q_segment_ids: implementation='pallas_tpu'": segments,
+        "mask_mod: implementation='pallas_tpu'": {"mask_mod": lambda b, h, q, k, p: q >= k},
         "score_mod: implementation='pallas_tpu'": {"score_mod": lambda s, b, h, q, k, p: s},
         r"block_sizes\.block_k: implementation='pallas_tpu' needs a multiple of 128": {
             "block_sizes": aj.BlockSizes(8, 64)

@@ -21,7 +21,7 @@ lengths). What is TPU-shaped:
 
 Off TPU the kernels run in JAX's TPU interpret mode (``pltpu.InterpretParams``: simulated HBM,
 VMEM and DMAs); the CPU tests use it. Scores other than the dot family, dense masks, bias,
-segment ids, mods and block masks are refused (:func:`unsupported`): use ``"chunked"``.
+mods and block masks are refused (:func:`unsupported`): use ``"chunked"``.
 """
 
 import dataclasses
@@ -42,7 +42,7 @@ from attnjax.softmax import MASK_VALUE
 from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 
 NAME = "pallas_tpu"
-LANES = 128
+LANES, SUBLANES = 128, 8
 # JAX's TPU flash attention (jax.experimental.pallas.ops.tpu.flash_attention,
 # BlockSizes.get_default): 128 x 128 tiles for the forward and both backward kernels.
 DEFAULT_BLOCKS = BlockSizes(block_q=128, block_k=128)
@@ -57,7 +57,7 @@ class Config:
     window: tuple[int, int] | None
     group: int  # query heads per K/V head
     interpret: Any  # False on TPU, else pltpu.InterpretParams
-    segments: bool = False
+    segments: bool  # segment ids given
 
 
 def tpu_attention(
@@ -85,10 +85,17 @@ def tpu_attention(
     temperature = as_4d(call.temperature)
     q, k = triton_path.fold_dot(call.score_name, query, key, call.score_params, temperature)
     q, k, v = (_lanes_last(x, n) for x, n in ((q, tq), (k, ts), (value, ts)))
-    info, _ = triton_path.mask_inputs(call.mask_spec, batch, num_queries, num_keys, tq, ts)
     spec = call.mask_spec
-    config = Config(blocks, spec.is_causal, spec.window, num_heads // num_kv, interpret)
-    out, lse = flash(config, q, k, v, info)
+    info, segments = triton_path.mask_inputs(spec, batch, num_queries, num_keys, tq, ts)
+    if segments is not None:  # replicated over lanes and sublanes (Mosaic's 2-D vectors)
+        q_seg, k_seg = segments
+        segments = (
+            jnp.broadcast_to(q_seg[:, :, None], (*q_seg.shape, LANES)),
+            jnp.broadcast_to(k_seg[:, None, :], (batch, SUBLANES, ts)),
+        )
+    groups = num_heads // num_kv
+    config = Config(blocks, spec.is_causal, spec.window, groups, interpret, segments is not None)
+    out, lse = flash(config, q, k, v, info, segments)
     out = jnp.swapaxes(out[:, :, :num_queries, : value.shape[-1]], 1, 2)
     return out.astype(query.dtype), None, lse[:, :, :num_queries]
 
@@ -100,7 +107,6 @@ def unsupported(call: AttentionCall) -> str | None:
         return reason
     refused = {
         "score": call.score_hidden is not None,
-        "q_segment_ids": call.mask_spec.q_segment_ids is not None,
         "score_mod": call.score_mod is not None,
         "mask_mod": call.mask_mod is not None,
         "block_mask": call.block_mask is not None,
@@ -110,7 +116,7 @@ def unsupported(call: AttentionCall) -> str | None:
             what = repr(call.score_name) if name == "score" else "given"
             return (
                 f"{name}: implementation={NAME!r} does not take it yet ({what}; it takes the "
-                "dot-family scores, causal with offset, windows and lengths); use "
+                "dot-family scores, causal with offset, windows, lengths and segment ids); use "
                 "implementation='chunked'"
             )
     return None
@@ -119,7 +125,7 @@ def unsupported(call: AttentionCall) -> str | None:
 def _blocks(blocks, dtype, num_queries, num_keys) -> BlockSizes:
     """Checked tiles: ``block_q`` a multiple of the sublane tile (8 for float32, 16 for
     16-bit dtypes), ``block_k`` of 128 lanes; clamped to the lengths rounded up to them."""
-    sublanes = 8 * 4 // max(2, min(jnp.dtype(dtype).itemsize, 4))
+    sublanes = SUBLANES * 4 // max(2, min(jnp.dtype(dtype).itemsize, 4))
     blocks = blocks or DEFAULT_BLOCKS
     for name, multiple in (("block_q", sublanes), ("block_k", LANES)):
         if getattr(blocks, name) % multiple:
@@ -161,23 +167,74 @@ def _clamp(index, ranges, num_blocks):
     return jnp.clip(jnp.clip(index, ranges[0], ranges[3] - 1), 0, num_blocks - 1)
 
 
-def _query_grid(config, num_k_blocks):
-    """Index maps of a grid ``(B, N, query block, key block)``: rows (q, dO, lse, output) at
-    the query block, K and V at the key block (clamped) of head ``n // G``."""
+def _specs(config, shapes, rows_at, keys_at, q_block, k_block):
+    """BlockSpecs of q, k, v, dO (``"do"``), row statistics (``"row"``) and segment ids for
+    a grid whose index maps ``rows_at`` and ``keys_at`` give ``(b, head, block)``;
+    ``q_block`` and ``k_block`` give the blocks alone (segment ids have no head axis)."""
+    (d, hv), (bq, bk) = shapes, (config.blocks.block_q, config.blocks.block_k)
 
-    def rows_at(b, n, i, j, info_ref):
-        return (b, n, i, 0)
+    def at(where):
+        return lambda *grid: (*where(*grid), 0)
 
-    def kv_at(b, n, i, j, info_ref):
-        j = _clamp(j, _key_range(config, info_ref, b, i, num_k_blocks), num_k_blocks)
-        return (b, n // config.group, j, 0)
+    return {
+        "q": pl.BlockSpec((None, None, bq, d), at(rows_at)),
+        "k": pl.BlockSpec((None, None, bk, d), at(keys_at)),
+        "v": pl.BlockSpec((None, None, bk, hv), at(keys_at)),
+        "do": pl.BlockSpec((None, None, bq, hv), at(rows_at)),
+        "row": pl.BlockSpec((None, None, bq, LANES), at(rows_at)),
+        "q_seg": pl.BlockSpec((None, bq, LANES), lambda *grid: (grid[0], q_block(*grid), 0)),
+        "k_seg": pl.BlockSpec((None, SUBLANES, bk), lambda *grid: (grid[0], 0, k_block(*grid))),
+    }
 
-    return rows_at, kv_at
+
+def _query_grid(config, shapes, num_k_blocks):
+    """Specs for a grid ``(B, N, query block, key block)``: rows at the query block, K and V
+    at the key block (clamped to the visited ones) of head ``n // G``."""
+
+    def k_block(b, n, i, j, info_ref):
+        return _clamp(j, _key_range(config, info_ref, b, i, num_k_blocks), num_k_blocks)
+
+    return _specs(
+        config,
+        shapes,
+        lambda b, n, i, j, info_ref: (b, n, i),
+        lambda b, n, i, j, info_ref: (b, n // config.group, k_block(b, n, i, j, info_ref)),
+        lambda b, n, i, j, info_ref: i,
+        k_block,
+    )
 
 
-def _tile_mask(config, info, q_start, k_start, shape):
+def _key_grid(config, shapes, num_q_blocks):
+    """Specs for the dK/dV grid ``(B, K, key block, group member g, query block)``: K and V
+    at the key block, rows at the query block (clamped to the visited ones) of head
+    ``h G + g``."""
+
+    def q_block(b, h, j, g, i, info_ref):
+        return _clamp(i, _query_range(config, info_ref, b, j, num_q_blocks), num_q_blocks)
+
+    return _specs(
+        config,
+        shapes,
+        lambda b, h, j, g, i, info_ref: (
+            b,
+            h * config.group + g,
+            q_block(b, h, j, g, i, info_ref),
+        ),
+        lambda b, h, j, g, i, info_ref: (b, h, j),
+        q_block,
+        lambda b, h, j, g, i, info_ref: j,
+    )
+
+
+def _segment_refs(config, refs):
+    """``(segment id refs or None, the other refs)`` of a kernel's refs after the fixed ones."""
+    return (refs[:2], refs[2:]) if config.segments else (None, refs)
+
+
+def _tile_mask(config, info, q_start, k_start, shape, segments):
     """The tile's mask ``[bq, bk]``: the causal/window bounds of the shared
-    :meth:`MaskSpec.diff_bounds` and the lengths, on 2-D iotas."""
+    :meth:`MaskSpec.diff_bounds`, the lengths and the segment ids (refs ``[bq, 128]`` and
+    ``[8, bk]``, replicated as in JAX's kernel, or ``None``), on 2-D iotas."""
     offset, q_len, k_len = info
     q_idx = q_start + jax.lax.broadcasted_iota(jnp.int32, shape, 0)
     k_idx = k_start + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
@@ -188,6 +245,9 @@ def _tile_mask(config, info, q_start, k_start, shape):
         mask = mask & (diff >= low)
     if high is not None:
         mask = mask & (diff <= high)
+    if segments is not None:
+        q_seg, k_seg = segments
+        mask = mask & (_lanes(q_seg[...], shape[1]) == k_seg[:1, :])
     return mask
 
 
@@ -206,7 +266,8 @@ def _when_visited(lo, full_lo, full_hi, hi, index, step):
     pl.when(visited & ~full)(lambda: step(True))
 
 
-def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref):
+def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
+    segments, (o_ref, lse_ref, m_ref, l_ref, acc_ref) = _segment_refs(config, refs)
     b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
     bq, bk = config.blocks.block_q, config.blocks.block_k
     num_k_blocks = pl.num_programs(3)
@@ -219,7 +280,8 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref
 
     def step(masked):
         s = dot(q_ref[...], k_ref[...], (1, 1))
-        mask = _tile_mask(config, _row(info_ref, b), i * bq, j * bk, s.shape) if masked else None
+        info = _row(info_ref, b)
+        mask = _tile_mask(config, info, i * bq, j * bk, s.shape, segments) if masked else None
         if mask is not None:
             s = jnp.where(mask, s, MASK_VALUE)
         m_prev = m_ref[...]
@@ -247,7 +309,7 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref
         lse_ref[...] = jnp.where(valid, m_ref[...] + jnp.log(safe), -jnp.inf)
 
 
-def _tile_grads(config, info_ref, b, i, j, refs, masked):
+def _tile_grads(config, info_ref, b, i, j, refs, segments, masked):
     """A tile's ``q``, ``k``, ``dO``, recomputed probabilities ``P`` and
     ``dS = P ∘ (dO Vᵀ - delta)`` (``[bq, bk]``) from the refs ``(q, k, v, dO, lse, delta)``."""
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = refs
@@ -256,12 +318,13 @@ def _tile_grads(config, info_ref, b, i, j, refs, masked):
     s = dot(q, k, (1, 1))
     p = jnp.exp(s - _lanes(lse_ref[...], bk))  # lse = +inf for empty rows: p = 0
     if masked:
-        p = jnp.where(_tile_mask(config, _row(info_ref, b), i * bq, j * bk, s.shape), p, 0.0)
+        mask = _tile_mask(config, _row(info_ref, b), i * bq, j * bk, s.shape, segments)
+        p = jnp.where(mask, p, 0.0)
     return q, k, do, p, p * (dot(do, v_ref[...], (1, 1)) - _lanes(delta_ref[...], bk))
 
 
 def _dkv_kernel(config, info_ref, *refs):
-    *refs, dk_ref, dv_ref = refs
+    refs, (segments, (dk_ref, dv_ref)) = refs[:6], _segment_refs(config, refs[6:])
     b, j, g, i = pl.program_id(0), pl.program_id(2), pl.program_id(3), pl.program_id(4)
 
     @pl.when((g == 0) & (i == 0))
@@ -270,7 +333,7 @@ def _dkv_kernel(config, info_ref, *refs):
         dv_ref[...] = jnp.zeros(dv_ref.shape, jnp.float32)
 
     def step(masked):
-        q, _, do, p, ds = _tile_grads(config, info_ref, b, i, j, refs, masked)
+        q, _, do, p, ds = _tile_grads(config, info_ref, b, i, j, refs, segments, masked)
         dv_ref[...] += dot(p.T.astype(do.dtype), do, (1, 0))
         dk_ref[...] += dot(ds.T.astype(q.dtype), q, (1, 0))
 
@@ -278,7 +341,7 @@ def _dkv_kernel(config, info_ref, *refs):
 
 
 def _dq_kernel(config, info_ref, *refs):
-    *refs, dq_ref = refs
+    refs, (segments, (dq_ref,)) = refs[:6], _segment_refs(config, refs[6:])
     b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
 
     @pl.when(j == 0)
@@ -286,7 +349,7 @@ def _dq_kernel(config, info_ref, *refs):
         dq_ref[...] = jnp.zeros(dq_ref.shape, jnp.float32)
 
     def step(masked):
-        _, k, _, _, ds = _tile_grads(config, info_ref, b, i, j, refs, masked)
+        _, k, _, _, ds = _tile_grads(config, info_ref, b, i, j, refs, segments, masked)
         dq_ref[...] += dot(ds.astype(k.dtype), k, (1, 0))
 
     _when_visited(*_key_range(config, info_ref, b, i, pl.num_programs(3)), j, step)
@@ -311,21 +374,17 @@ def _call(config, kernel, grid, in_specs, out_specs, out_shape, scratch, *args):
     )(*args)
 
 
-def _forward(config, q, k, v, info):
-    batch, num_heads, tq, d = q.shape
+def _forward(config, q, k, v, info, segments):
+    batch, num_heads, tq, _ = q.shape
     hv, nk = v.shape[-1], k.shape[2] // config.blocks.block_k
-    bq, bk = config.blocks.block_q, config.blocks.block_k
-    row_at, kv_at = _query_grid(config, nk)
+    bq = config.blocks.block_q
+    specs = _query_grid(config, (q.shape[-1], hv), nk)
     out, lse = _call(
         config,
         _forward_kernel,
         (batch, num_heads, tq // bq, nk),
-        [
-            pl.BlockSpec((None, None, bq, d), row_at),
-            pl.BlockSpec((None, None, bk, d), kv_at),
-            pl.BlockSpec((None, None, bk, hv), kv_at),
-        ],
-        [pl.BlockSpec((None, None, bq, hv), row_at), pl.BlockSpec((None, None, bq, LANES), row_at)],
+        [specs["q"], specs["k"], specs["v"], *_segment_specs(specs, segments)],
+        [specs["do"], specs["row"]],
         [
             jax.ShapeDtypeStruct((batch, num_heads, tq, hv), v.dtype),
             jax.ShapeDtypeStruct((batch, num_heads, tq, LANES), jnp.float32),
@@ -335,8 +394,13 @@ def _forward(config, q, k, v, info):
         q,
         k,
         v,
+        *(segments or ()),
     )
     return out, lse[..., 0]
+
+
+def _segment_specs(specs, segments):
+    return [] if segments is None else [specs["q_seg"], specs["k_seg"]]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -346,49 +410,39 @@ def flash(
     k: Float[Array, "B K Sp D"],
     v: Float[Array, "B K Sp Hv"],
     info: Int[Array, "B 4"],
+    segments: tuple[Int[Array, "B Tp 128"], Int[Array, "B 8 Sp"]] | None,
 ) -> tuple[Float[Array, "B N Tp Hv"], Float[Array, "B N Tp"]]:
     """``(output, lse)`` of the prepared inputs (padded, heads second), differentiable in
-    ``q``, ``k`` and ``v``; ``info`` rows are (causal offset, query length, key length, 0)."""
-    return _forward(config, q, k, v, info)
+    ``q``, ``k`` and ``v``; ``info`` rows are (causal offset, query length, key length, 0);
+    ``segments`` the segment ids replicated over lanes and sublanes, or ``None``."""
+    return _forward(config, q, k, v, info, segments)
 
 
-def _flash_fwd(config, q, k, v, info):
-    out, lse = _forward(config, q, k, v, info)
-    return (out, lse), (q, k, v, info, out, lse)
+def _flash_fwd(config, q, k, v, info, segments):
+    out, lse = _forward(config, q, k, v, info, segments)
+    return (out, lse), (q, k, v, info, segments, out, lse)
 
 
 def _flash_bwd(config, residuals, cotangents):
-    q, k, v, info, out, lse = residuals
+    q, k, v, info, segments, out, lse = residuals
     d_out, d_lse = cotangents
-    batch, num_heads, tq, d = q.shape
-    num_kv, ts, hv = k.shape[1], k.shape[2], v.shape[-1]
-    bq, bk, group = config.blocks.block_q, config.blocks.block_k, config.group
-    nq, nk = tq // bq, ts // bk
+    batch, num_heads, tq, _ = q.shape
+    num_kv, ts = k.shape[1], k.shape[2]
+    nq, nk = tq // config.blocks.block_q, ts // config.blocks.block_k
     delta = jnp.einsum("bnth,bnth->bnt", d_out.astype(jnp.float32), out.astype(jnp.float32))
     rows = lambda x: jnp.broadcast_to(x[..., None], (*x.shape, LANES))  # noqa: E731
     args = (info, q, k, v, d_out, rows(jnp.where(lse == -jnp.inf, jnp.inf, lse)))
-    args = (*args, rows(delta - d_lse))
+    args = (*args, rows(delta - d_lse), *(segments or ()))
+    names = ("q", "k", "v", "do", "row", "row")
+    shapes = (q.shape[-1], v.shape[-1])
 
-    def q_at(b, h, j, g, i, info_ref):  # dK/dV grid: (B, K, key block, group member, q block)
-        i = _clamp(i, _query_range(config, info_ref, b, j, nq), nq)
-        return (b, h * group + g, i, 0)
-
-    def k_at(b, h, j, g, i, info_ref):
-        return (b, h, j, 0)
-
+    specs = _key_grid(config, shapes, nq)
     dk, dv = _call(
         config,
         _dkv_kernel,
-        (batch, num_kv, nk, group, nq),
-        [
-            pl.BlockSpec((None, None, bq, d), q_at),
-            pl.BlockSpec((None, None, bk, d), k_at),
-            pl.BlockSpec((None, None, bk, hv), k_at),
-            pl.BlockSpec((None, None, bq, hv), q_at),
-            pl.BlockSpec((None, None, bq, LANES), q_at),
-            pl.BlockSpec((None, None, bq, LANES), q_at),
-        ],
-        [pl.BlockSpec((None, None, bk, d), k_at), pl.BlockSpec((None, None, bk, hv), k_at)],
+        (batch, num_kv, nk, config.group, nq),
+        [specs[n] for n in names] + _segment_specs(specs, segments),
+        [specs["k"], specs["v"]],
         [
             jax.ShapeDtypeStruct(k.shape, jnp.float32),
             jax.ShapeDtypeStruct(v.shape, jnp.float32),
@@ -396,26 +450,18 @@ def _flash_bwd(config, residuals, cotangents):
         [],
         *args,
     )
-
-    row_at, kv_at = _query_grid(config, nk)
+    specs = _query_grid(config, shapes, nk)
     dq = _call(
         config,
         _dq_kernel,
         (batch, num_heads, nq, nk),
-        [
-            pl.BlockSpec((None, None, bq, d), row_at),
-            pl.BlockSpec((None, None, bk, d), kv_at),
-            pl.BlockSpec((None, None, bk, hv), kv_at),
-            pl.BlockSpec((None, None, bq, hv), row_at),
-            pl.BlockSpec((None, None, bq, LANES), row_at),
-            pl.BlockSpec((None, None, bq, LANES), row_at),
-        ],
-        pl.BlockSpec((None, None, bq, d), row_at),
+        [specs[n] for n in names] + _segment_specs(specs, segments),
+        specs["q"],
         jax.ShapeDtypeStruct(q.shape, jnp.float32),
         [],
         *args,
     )
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
 
 
 flash.defvjp(_flash_fwd, _flash_bwd)
