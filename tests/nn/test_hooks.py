@@ -13,6 +13,7 @@ import pytest
 from flax import nnx
 
 import attnjax.nn as ann
+from attnjax import mods
 from attnjax.nn.hooks import AXES
 from attnjax.patterns import FULL_PATTERN_MAX_LOGITS
 
@@ -152,9 +153,9 @@ def test_jit_vmap_and_grad(dense):
         return ann.run_with_hooks(model, CLEAN, {Z1: lambda z, c: z * keep[None, None, :, None]})
 
     masks = jnp.array([[1.0, 0.0, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0]])
-    outs, one = jax.jit(jax.vmap(masked))(masks), jax.jit(masked)
+    outs = jax.jit(jax.vmap(masked))(masks)
     for keep, out in zip(masks, outs, strict=True):
-        np.testing.assert_allclose(out, one(keep), atol=1e-6)
+        np.testing.assert_allclose(out, masked(keep), atol=1e-6)
 
     name = "encoder.blocks.1.resid_pre"
 
@@ -162,7 +163,7 @@ def test_jit_vmap_and_grad(dense):
         out = ann.run_with_hooks(model, CLEAN, {name: lambda v, c: v + delta})
         return out[0, 2, 1]
 
-    grad, metric = jax.jit(jax.grad(metric))(jnp.zeros_like(cache[name])), jax.jit(metric)
+    grad = jax.jit(jax.grad(metric))(jnp.zeros_like(cache[name]))
     assert grad.shape == cache[name].shape
     assert jnp.all(jnp.any(grad[0, :3] != 0, -1))
     assert not jnp.any(grad[:, 3:]) and not jnp.any(grad[1:])  # causal, one batch row
@@ -192,6 +193,26 @@ def test_tiled_paths_cache_like_the_dense_path(dense, implementation):
             expected = expected[:, heads][:, :, rows]
             assert value.shape == (B, 2, 2, T)
         np.testing.assert_allclose(value, expected, atol=1e-5, err_msg=name)
+
+
+def test_chunked_rows_of_an_additive_score_with_a_score_mod(dense):
+    """Per-head score parameters and a score mod reach the recomputed rows."""
+    x = dense[2]["encoder.blocks.0.resid_pre"]
+    rows, heads = [1, 5], [3, 0]
+
+    def cached(implementation, **selection):
+        layer = ann.MultiHeadAttention(
+            4, 16, num_kv_heads=2, score="additive", score_mod=mods.alibi(4),
+            implementation=implementation, rngs=nnx.Rngs(0),
+        )  # fmt: skip
+        graphdef, state = nnx.split(layer)
+        run = jax.jit(lambda s: ann.run_with_cache(nnx.merge(graphdef, s), x, **selection))
+        return run(state)[1]
+
+    reference, cache = cached("xla"), cached("chunked", rows=rows, heads=heads)
+    for name in ("logits", "pattern"):
+        expected = reference[name][:, heads][:, :, rows]
+        np.testing.assert_allclose(cache[name], expected, atol=1e-5, err_msg=name)
 
 
 def test_replacing_the_pattern_on_a_tiled_path_needs_the_dense_switch():
