@@ -78,22 +78,17 @@ def test_bfloat16_cosine_window():
 
 def test_matches_jax_tpu_flash_attention():
     """JAX's TPU kernel (``[B, N, T, H]``, no GQA) on the same inputs, causal with segment ids
-    (three documents, boundaries inside tiles): outputs and gradients."""
+    (three documents, boundaries inside tiles): outputs and gradients, ours under ``vmap``."""
     q, k, v = qkv(2, 1, 256, 256, 2, 2, H)
     w = jax.random.normal(jax.random.key(3), q.shape)
     ids = jnp.repeat(jnp.arange(3), jnp.array([100, 60, 96]))[None]
 
-    def ours(q, k, v):
-        out = aj.attention(
-            q,
-            k,
-            v,
-            is_causal=True,
-            q_segment_ids=ids,
-            kv_segment_ids=ids,
-            implementation="pallas_tpu",
-        )
-        return jnp.sum(out * w)
+    def ours(q, k, v):  # under vmap: the mapped axis folds into the kernels' batch axis
+        def one(q, k, v):
+            options = {"q_segment_ids": ids[0], "kv_segment_ids": ids[0], "is_causal": True}
+            return aj.attention(q, k, v, implementation="pallas_tpu", **options)
+
+        return jnp.sum(jax.vmap(one)(q, k, v) * w)
 
     def theirs(q, k, v):
         heads_first = [jnp.swapaxes(x, 1, 2) for x in (q, k, v)]

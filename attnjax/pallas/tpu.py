@@ -415,17 +415,21 @@ def flash(
     """``(output, lse)`` of the prepared inputs (padded, heads second), differentiable in
     ``q``, ``k`` and ``v``; ``info`` rows are (causal offset, query length, key length, 0);
     ``segments`` the segment ids replicated over lanes and sublanes, or ``None``."""
-    return _forward(config, q, k, v, info, segments)
+    return _batch_folded(functools.partial(_forward, config))(q, k, v, info, segments)
 
 
 def _flash_fwd(config, q, k, v, info, segments):
-    out, lse = _forward(config, q, k, v, info, segments)
+    out, lse = _batch_folded(functools.partial(_forward, config))(q, k, v, info, segments)
     return (out, lse), (q, k, v, info, segments, out, lse)
 
 
 def _flash_bwd(config, residuals, cotangents):
-    q, k, v, info, segments, out, lse = residuals
-    d_out, d_lse = cotangents
+    grads = _batch_folded(functools.partial(_backward, config))(*residuals, *cotangents)
+    return *grads, None, None
+
+
+def _backward(config, q, k, v, info, segments, out, lse, d_out, d_lse):
+    """``(dq, dk, dv)``: the dK/dV kernel, then the dQ kernel."""
     batch, num_heads, tq, _ = q.shape
     num_kv, ts = k.shape[1], k.shape[2]
     nq, nk = tq // config.blocks.block_q, ts // config.blocks.block_k
@@ -461,7 +465,26 @@ def _flash_bwd(config, residuals, cotangents):
         [],
         *args,
     )
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+def _batch_folded(fn):
+    """``fn`` (arrays and results all batch-first) whose ``vmap`` folds the mapped axis into
+    the batch axis: ``pallas_call``'s own batching rule adds a grid axis without a dimension
+    semantics for it, which TPU kernels refuse."""
+    folded = jax.custom_batching.custom_vmap(fn)
+
+    @folded.def_vmap
+    def _(axis_size, in_batched, *args):
+        def fold(x, batched):
+            x = x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+            return x.reshape(axis_size * x.shape[1], *x.shape[2:])
+
+        outs = folded(*jax.tree.map(fold, args, tuple(in_batched)))
+        unfold = lambda y: y.reshape(axis_size, -1, *y.shape[1:])  # noqa: E731
+        return jax.tree.map(unfold, outs), jax.tree.map(lambda _: True, outs)
+
+    return folded
 
 
 flash.defvjp(_flash_fwd, _flash_bwd)
