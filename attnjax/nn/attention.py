@@ -322,7 +322,6 @@ class MultiHeadAttention(nnx.Module):
         dropout = self.dropout_rate > 0 and not deterministic
         sow = sow_weights or self.sow_weights
         if self.attention_fn is not None:
-            hooks.patterns(self)  # refuses logits/pattern hooks: attention_fn forms them
             _check_flax_call(return_weights, mod_params, block_mask, attention_kwargs)
             if decode:
                 mask = _cache_visible(mask, index, q.shape[1], k.shape[1])

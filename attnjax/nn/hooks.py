@@ -7,8 +7,11 @@ Points of a :class:`~attnjax.nn.MultiHeadAttention` at path ``p``: ``p.q [*B, T,
 [*B, N, T, S]`` (score, bias, temperature and ``score_mod``, masked keys ``-inf``; the
 softmax weights), ``p.z [*B, T, N, H]`` (each head's output, gated, before the output
 projection) and ``p.result [*B, T, N, D]`` (each head's term of the output: the output is
-their sum plus the projection's bias). Points of a :class:`~attnjax.nn.Block` at ``p``:
-``p.resid_pre``, ``p.mlp_out``, ``p.resid_post [B, T, D]``.
+their sum plus the projection's bias). While decoding, ``k`` and ``v`` are the new
+positions' (before they join the cache). A layer with ``attention_fn`` or
+``sequence_parallel`` has no ``logits`` or ``pattern``. Points of a
+:class:`~attnjax.nn.Block` at ``p``: ``p.resid_pre``, ``p.mlp_out``, ``p.resid_post
+[B, T, D]``.
 
 Hooks act while the model is traced (Python-level), so both functions work inside
 ``jax.jit``, ``jax.grad`` and ``jax.vmap``. With no hook active every point returns its
@@ -163,7 +166,8 @@ def run_with_hooks(
     replaced by ``fn(value, context)`` (:class:`HookContext`; the same shape; cast to the
     value's dtype); several matching functions apply in order. Patching, ablation and head
     masking are such functions. Replacing ``result`` makes the output the sum of the heads'
-    results plus the bias (equal to the fused projection up to float32 rounding).
+    results plus the bias (equal to the fused projection up to float32 rounding; the call's
+    ``out_sharding`` is not applied to it).
 
     Replacing ``logits`` or ``pattern`` needs the dense weights: a layer with a tiled
     ``implementation`` (or sequence-parallel) raises unless ``dense=True``, which runs the
@@ -205,20 +209,14 @@ def project(module: nnx.Module, z: Float[Array, "*B T N H"], out_sharding: Any =
 
 def patterns(module: nnx.Module) -> "_Patterns | None":
     """The hooked attention of ``module`` when its ``logits`` or ``pattern`` are read or
-    replaced, else ``None``."""
+    replaced, else ``None``. Layers with ``attention_fn`` or ``sequence_parallel`` form no
+    weights: they have no such points."""
     session = _ACTIVE.get()
-    if session is None:
+    if session is None or module.sequence_parallel is not None or module.attention_fn is not None:
         return None
     names = [session.name(module, p) for p in PATTERN_POINTS]
     if not any(n is not None and session.wants(n) for n in names):
         return None
-    if module.sequence_parallel is not None or module.attention_fn is not None:
-        what = "sequence_parallel" if module.sequence_parallel is not None else "attention_fn"
-        raise ValueError(
-            f"{names[0]}, {names[1]}: a layer with {what} has no logits or pattern points; "
-            "with ring attention, recompute rows with attnjax.patterns.attention_rows from the "
-            "lse it returns"
-        )
     return _Patterns(session, module, replaced=any(session.replaces(n) for n in names))
 
 

@@ -99,6 +99,18 @@ def test_attention_module_alone_z_and_result_sum_to_its_output(dense):
     np.testing.assert_allclose(zeroed, jnp.broadcast_to(bias, out.shape))
 
 
+def test_a_flax_attention_fn_layer_has_every_point_but_logits_and_pattern(dense):
+    x = dense[2]["encoder.blocks.0.resid_pre"]
+    layer = ann.MultiHeadAttention(
+        4, 16, num_kv_heads=2, attention_fn=nnx.dot_product_attention, rngs=nnx.Rngs(0)
+    )
+    out, cache = ann.run_with_cache(layer, x)
+    assert set(cache) == {"q", "k", "v", "z", "result"}
+    np.testing.assert_array_equal(out, layer(x))
+    with pytest.raises(ValueError, match="'pattern': matches no hook point"):
+        ann.run_with_hooks(layer, x, {"pattern": lambda w, c: w})
+
+
 def test_zero_ablated_head_equals_zeroed_output_projection_rows():
     model, head = _model(), 2
     ablated = ann.run_with_hooks(model, CLEAN, {Z1: lambda z, c: z.at[..., head, :].set(0.0)})
