@@ -9,7 +9,8 @@ forward), that as a fraction of a large matmul measured in the same run, and the
 program's temporary memory (``memory_analysis().temp_size_in_bytes``). Ratios compare with
 the baseline of the same length and pass: ``jax.nn.dot_product_attention`` (or its
 ``jax.grad``), and for additive scoring (unmasked rows only) the dense materializing path.
-On a GPU the table adds attnjax's Pallas kernel, JAX's own Pallas ``mha`` and cuDNN.
+On a GPU the table adds attnjax's Pallas kernel, JAX's own Pallas ``mha`` and cuDNN; on a TPU
+attnjax's Mosaic kernel (``pallas_tpu``) and JAX's TPU flash and splash kernels.
 Speed-up = baseline time / time; memory ratio = baseline temporaries / temporaries.
 """
 
@@ -76,6 +77,8 @@ def implementations(causal, additive_params, pallas_blocks=()):
         impls["cudnn"] = lambda q, k, v: jax.nn.dot_product_attention(
             q, k, v, is_causal=causal, implementation="cudnn"
         )
+    if jax.default_backend() == "tpu":
+        impls.update(tpu_implementations(causal))
     if additive_params is not None:
         additive_impls = [("additive dense", "xla"), ("additive chunked", "chunked")]
         if jax.default_backend() == "gpu":
@@ -86,6 +89,41 @@ def implementations(causal, additive_params, pallas_blocks=()):
                 is_causal=causal, implementation=impl,
             )  # fmt: skip
     return impls
+
+
+def tpu_implementations(causal):
+    """attnjax's Mosaic kernel and JAX's TPU flash and splash kernels (heads first; splash
+    takes one example and no scale, so it is vmapped over the batch with ``q`` pre-scaled)."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel as splash,
+    )
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_mask as splash_mask,
+    )
+
+    def heads_first(fn):
+        def apply(q, k, v):
+            out = fn(*(jnp.swapaxes(x, 1, 2) for x in (q, k, v)), q.shape[-1] ** -0.5)
+            return jnp.swapaxes(out, 1, 2)
+
+        return apply
+
+    def splash_attention(q, k, v, scale):
+        one = splash_mask.CausalMask if causal else splash_mask.FullMask
+        heads = splash_mask.MultiHeadMask([one((q.shape[2], k.shape[2]))] * q.shape[1])
+        kernel = splash.make_splash_mha(heads, head_shards=1, q_seq_shards=1)
+        return jax.vmap(kernel)(q * scale, k, v)
+
+    return {
+        "pallas_tpu": lambda q, k, v: aj.attention(
+            q, k, v, is_causal=causal, implementation="pallas_tpu"
+        ),
+        "jax tpu flash": heads_first(
+            lambda q, k, v, scale: tpu_flash.flash_attention(q, k, v, causal=causal, sm_scale=scale)
+        ),
+        "jax splash": heads_first(splash_attention),
+    }
 
 
 def run(args):

@@ -31,6 +31,12 @@ def test_gpu_script_names_existing_files():
     assert "benchmarks/attention.py" in script
 
 
+def test_tpu_script_names_existing_files():
+    script = (ROOT / "benchmarks" / "tpu.sh").read_text()
+    assert "tests/test_pallas_tpu.py" in script and (ROOT / "tests/test_pallas_tpu.py").is_file()
+    assert "benchmarks/attention.py" in script and '"jax splash"' in script
+
+
 def test_nonfinite_benchmark_prints_its_ratios():
     printed = _run("benchmarks/nonfinite.py", "--length", "32", "--repeats", "1")
     rows = [line.split("|") for line in printed.splitlines() if line.startswith("| ")]

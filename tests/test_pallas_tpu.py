@@ -1,10 +1,12 @@
-"""``implementation="pallas_tpu"``: the Mosaic TPU kernel in TPU interpret mode on CPU, against
-the dense path and JAX's own TPU flash kernel, and lowered for TPU without one.
+"""``implementation="pallas_tpu"``: the Mosaic TPU kernel in TPU interpret mode on CPU (compiled
+on a TPU: ``benchmarks/tpu.sh``), against the dense path and JAX's own TPU flash kernel, and
+lowered for TPU without one.
 
 TPU interpret mode compiles each kernel in seconds: few small cases, each combining several
 features, run with race detection and NaN-filled uninitialized memory.
 """
 
+import contextlib
 import dataclasses
 
 import jax
@@ -26,6 +28,12 @@ TWO_CORES = dataclasses.replace(CHECKED, num_cores_or_threads=2)
 INTERPRETER = getattr(jax._src.pallas.mosaic, "interpret", None)
 
 
+def _interpreted(params):
+    """TPU interpret mode with ``params``, off TPU only (on a TPU the kernels compile)."""
+    on_tpu = jax.default_backend() == "tpu"
+    return contextlib.nullcontext() if on_tpu else pltpu.force_tpu_interpret_mode(params)
+
+
 @pytest.fixture(autouse=True)
 def _checked_interpret_mode(monkeypatch):
     """Every kernel runs in the checked mode; no kernel may race (each one's race state is
@@ -40,7 +48,7 @@ def _checked_interpret_mode(monkeypatch):
                 states.append(self)
 
         monkeypatch.setattr(module, "RaceDetectionState", Recorded)
-    with pltpu.force_tpu_interpret_mode(CHECKED):
+    with _interpreted(CHECKED):
         yield
     assert not any(state.races_found for state in states), "a kernel races"
 
@@ -51,7 +59,7 @@ def test_scaled_dot_gqa_causal_offset_lengths_temperature():
     q, k, v = qkv(0, B, T, S, N, K, H)
     temperature = jnp.array([0.5, 2.0])[:, None, None]
     diff = {"temperature": temperature, "score_params": {"scale": jnp.asarray(0.3)}}
-    with pltpu.force_tpu_interpret_mode(TWO_CORES):
+    with _interpreted(TWO_CORES):
         out, lse, grads = assert_matches(
             "pallas_tpu",
             q,
