@@ -126,7 +126,9 @@ def choose_implementation(query, key, value, *args, **kwargs) -> str:
     Dense (``"xla"``) when the weights are asked for or the logits are few (below
     ``CHUNKED_MIN_LOGITS`` per batch and head, measured on CPU) and no block mask is given;
     on GPU ``"cudnn"`` where it applies (plain ``dot``/``scaled_dot``: measured 1.8x the Pallas
-    kernel), else ``"pallas"`` where it applies; else ``"chunked"``.
+    kernel), else ``"pallas"`` where it applies; else ``"chunked"``. On TPU that is
+    ``"chunked"``: the Mosaic kernel (``"pallas_tpu"``) is proven in TPU interpret mode but
+    has not yet run on a TPU, so it is chosen only by name.
     """
     query, key, value, call, _ = prepare_call(query, key, value, *args, **kwargs)
     return _choose(call, query.shape[1], key.shape[1], kwargs.get("return_weights", False))
