@@ -170,8 +170,8 @@ def run_with_hooks(
     ``out_sharding`` is not applied to it).
 
     Replacing ``logits`` or ``pattern`` needs the dense weights: a layer with a tiled
-    ``implementation`` (or sequence-parallel) raises unless ``dense=True``, which runs the
-    layers with such hooks (only those) on the dense path. A name or glob that matches no
+    ``implementation`` raises unless ``dense=True``, which runs the layers with such hooks
+    (only those) on the dense path. A name or glob that matches no
     point is a ``ValueError`` listing the points.
     """
     session = _Session(model, hooks=dict(hooks), dense=dense)
