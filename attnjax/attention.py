@@ -97,8 +97,8 @@ def attention(
     ``implementation``: ``"xla"`` (dense: materializes the logits), ``"chunked"`` (online
     softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (Pallas
     kernels for the named dot-product and additive scores, structured masks only),
-    ``"pallas_tpu"`` (the Mosaic TPU flash kernel, in TPU interpret mode off TPU: dot-family
-    scores, causal with offset, windows, lengths, segment ids; no mods yet), ``"cudnn"``
+    ``"pallas_tpu"`` (the Mosaic TPU flash kernel when lowered for TPU, interpreted elsewhere:
+    dot-family scores, causal with offset, windows, lengths, segment ids; no mods yet), ``"cudnn"``
     (``jax.nn``'s cuDNN kernel: GPU, ``dot``/``scaled_dot``, no mods) or ``None``:
     :func:`choose_implementation` decides. Tiled implementations never form the weights, so
     ``return_weights=True`` with them is an error. ``block_sizes`` (:class:`attnjax.BlockSizes`)

@@ -1,6 +1,6 @@
 """``implementation="pallas_tpu"``: the Mosaic TPU kernel in TPU interpret mode on CPU (compiled
 on a TPU: ``benchmarks/tpu.sh``), against the dense path and JAX's own TPU flash kernel, and
-lowered for TPU without one.
+exported for TPU without one.
 
 TPU interpret mode compiles each kernel in seconds: few small cases, each combining several
 features, run with race detection and NaN-filled uninitialized memory.
@@ -17,8 +17,6 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
 
 import attnjax as aj
-from attnjax.attention import prepare_call
-from attnjax.pallas.tpu import tpu_attention
 from tests.parity import FP32_FWD, FP32_GRAD, assert_matches, max_rel_error, qkv
 
 B, T, S, N, K, H = 2, 200, 256, 2, 1, 64  # T pads to 2 tiles of 128; H pads to 128 lanes
@@ -76,7 +74,8 @@ def test_scaled_dot_gqa_causal_offset_lengths_temperature():
 
 
 def test_bfloat16_cosine_window():
-    q, k, v = qkv(1, 1, T, S, N, K, H, jnp.bfloat16)
+    """190 keys: the last key tile holds padding, masked by the key length."""
+    q, k, v = qkv(1, 1, T, 190, N, K, H, jnp.bfloat16)
     diff = {"score_params": {"scale": jnp.array([4.0, 8.0])}}
     out, _, grads = assert_matches(
         "pallas_tpu", q, k, v, diff, score="cosine", local_window_size=(40, 8)
@@ -113,14 +112,23 @@ def test_matches_jax_tpu_flash_attention():
 
 
 def test_lowers_for_tpu():
-    """Exported for TPU on this CPU machine: forward, dK/dV and dQ are Mosaic custom calls."""
+    """``attention(..., implementation="pallas_tpu")`` exported for TPU on this CPU machine:
+    forward, dK/dV and dQ are Mosaic custom calls (the interpreter's branch is dropped)."""
     q, k, v = qkv(4, 1, 256, 256, 4, 2, H)
+    ids = jnp.arange(256)[None] // 100
 
     def loss(q, k, v):
-        ids = jnp.arange(256)[None] // 100
-        options = {"is_causal": True, "q_segment_ids": ids, "kv_segment_ids": ids}
-        q, k, v, call, _ = prepare_call(q, k, v, causal_offset=jnp.asarray(5), **options)
-        out, _, lse = tpu_attention(q, k, v, call, interpret=False)
+        out, lse = aj.attention(
+            q,
+            k,
+            v,
+            is_causal=True,
+            causal_offset=jnp.asarray(5),
+            q_segment_ids=ids,
+            kv_segment_ids=ids,
+            implementation="pallas_tpu",
+            return_lse=True,
+        )
         return jnp.sum(out) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0))
 
     # Mosaic's lowering reads the chip generation: an abstract TPU stands in for one.
@@ -148,3 +156,6 @@ def test_refuses_what_it_cannot_run():
         with pytest.raises(ValueError, match=message) as error:
             aj.attention(q, k, v, implementation="pallas_tpu", **kwargs)
         assert "chunked" in str(error.value) or "block_sizes" in message
+    with pytest.raises(ValueError, match=r"block_sizes\.block_q: .* multiple of 16 for bfloat16"):
+        bf16 = (x.astype(jnp.bfloat16) for x in (q, k, v))
+        aj.attention(*bf16, implementation="pallas_tpu", block_sizes=aj.BlockSizes(8, 128))

@@ -19,8 +19,10 @@ lengths). What is TPU-shaped:
 - float32 accumulation: matmuls with ``preferred_element_type=float32`` (``HIGHEST`` for
   float32 inputs), softmax in float32 whatever the input dtype.
 
-Off TPU the kernels run in JAX's TPU interpret mode (``pltpu.InterpretParams``: simulated HBM,
-VMEM and DMAs); the CPU tests use it. Scores other than the dot family, dense masks, bias,
+The platform the call is lowered for picks the Mosaic kernel (TPU) or Pallas' interpreter
+(elsewhere), so ``jax.export(..., platforms=["tpu"])`` on a CPU holds the Mosaic kernel. The
+CPU tests run JAX's TPU interpret mode instead (``pltpu.force_tpu_interpret_mode``: simulated
+HBM, VMEM and DMAs, race detection). Scores other than the dot family, dense masks, bias,
 mods and block masks are refused (:func:`unsupported`): use ``"chunked"``.
 """
 
@@ -56,7 +58,7 @@ class Config:
     is_causal: bool
     window: tuple[int, int] | None
     group: int  # query heads per K/V head
-    interpret: Any  # False on TPU, else pltpu.InterpretParams
+    interpret: Any  # None: chosen by the platform lowered for (see _call)
     segments: bool  # segment ids given
 
 
@@ -70,14 +72,13 @@ def tpu_attention(
     """Attention on already validated inputs: ``(output, None, log-sum-exp)``.
 
     Same contract as :func:`attnjax.chunked.chunked_attention`. ``interpret``: ``None``
-    runs the Mosaic kernel on TPU and TPU interpret mode elsewhere; ``False`` forces the
-    Mosaic kernel (to export for TPU from another machine), or give ``pltpu.InterpretParams``.
+    lets the platform the call is lowered for decide (the Mosaic kernel for TPU, Pallas'
+    interpreter elsewhere; ``pltpu.force_tpu_interpret_mode`` makes it TPU interpret mode);
+    ``False`` forces the Mosaic kernel, ``True`` or ``pltpu.InterpretParams`` an interpreter.
     """
     reason = unsupported(call)
     if reason is not None:
         raise ValueError(reason)
-    if interpret is None:
-        interpret = False if jax.default_backend() == "tpu" else pltpu.InterpretParams()
     batch, num_queries, num_heads, _ = query.shape
     num_keys, num_kv = key.shape[1], key.shape[2]
     blocks = _blocks(call.blocks(None), query.dtype, num_queries, num_keys)
@@ -356,22 +357,31 @@ def _dq_kernel(config, info_ref, *refs):
 
 
 def _call(config, kernel, grid, in_specs, out_specs, out_shape, scratch, *args):
-    """``pallas_call`` with ``info`` scalar-prefetched; the last two grid axes reduce."""
+    """``pallas_call`` with ``info`` scalar-prefetched; the last two grid axes reduce. Without
+    an explicit ``config.interpret``, the platform the call is lowered for decides: the
+    Mosaic kernel for TPU, Pallas' interpreter elsewhere (effect-free, unlike TPU interpret
+    mode, so that ``jax.export(..., platforms=["tpu"])`` can drop its branch)."""
     semantics = ("parallel",) * (len(grid) - 2) + ("arbitrary",) * 2
-    return pl.pallas_call(
-        functools.partial(kernel, config),
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1,
-            grid=grid,
-            in_specs=in_specs,
-            out_specs=out_specs,
-            scratch_shapes=scratch,
-        ),
-        out_shape=out_shape,
-        compiler_params=pltpu.CompilerParams(dimension_semantics=semantics),
-        interpret=config.interpret,
-        name=f"attnjax_tpu{kernel.__name__.removesuffix('_kernel')}",
-    )(*args)
+
+    def run(interpret):
+        return pl.pallas_call(
+            functools.partial(kernel, config),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1,
+                grid=grid,
+                in_specs=in_specs,
+                out_specs=out_specs,
+                scratch_shapes=scratch,
+            ),
+            out_shape=out_shape,
+            compiler_params=pltpu.CompilerParams(dimension_semantics=semantics),
+            interpret=interpret,
+            name=f"attnjax_tpu{kernel.__name__.removesuffix('_kernel')}",
+        )
+
+    if config.interpret is not None:
+        return run(config.interpret)(*args)
+    return jax.lax.platform_dependent(*args, tpu=run(False), default=run(True))
 
 
 def _forward(config, q, k, v, info, segments):
