@@ -20,6 +20,7 @@ import attnjax as aj
 from tests.parity import FP32_FWD, FP32_GRAD, assert_matches, max_rel_error, qkv
 
 B, T, S, N, K, H = 2, 200, 256, 2, 1, 64  # T pads to 2 tiles of 128; H pads to 128 lanes
+IDS = jnp.arange(256)[None] // 100  # three documents, boundaries inside tiles
 CHECKED = pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan")
 # Parallel grid axes split over two simulated cores: a block written from both would race.
 TWO_CORES = dataclasses.replace(CHECKED, num_cores_or_threads=2)
@@ -88,18 +89,17 @@ def test_matches_jax_tpu_flash_attention():
     (three documents, boundaries inside tiles): outputs and gradients, ours under ``vmap``."""
     q, k, v = qkv(2, 1, 256, 256, 2, 2, H)
     w = jax.random.normal(jax.random.key(3), q.shape)
-    ids = jnp.repeat(jnp.arange(3), jnp.array([100, 60, 96]))[None]
 
     def ours(q, k, v):  # under vmap: the mapped axis folds into the kernels' batch axis
         def one(q, k, v):
-            options = {"q_segment_ids": ids[0], "kv_segment_ids": ids[0], "is_causal": True}
+            options = {"q_segment_ids": IDS[0], "kv_segment_ids": IDS[0], "is_causal": True}
             return aj.attention(q, k, v, implementation="pallas_tpu", **options)
 
         return jnp.sum(jax.vmap(one)(q, k, v) * w)
 
     def theirs(q, k, v):
         heads_first = [jnp.swapaxes(x, 1, 2) for x in (q, k, v)]
-        segments = jax_flash.SegmentIds(q=ids, kv=ids)
+        segments = jax_flash.SegmentIds(q=IDS, kv=IDS)
         out = jax_flash.flash_attention(
             *heads_first, segment_ids=segments, causal=True, sm_scale=H**-0.5
         )
@@ -111,25 +111,29 @@ def test_matches_jax_tpu_flash_attention():
     assert max_rel_error(actual[1], expected[1]) <= FP32_GRAD
 
 
-def test_lowers_for_tpu():
+@pytest.mark.parametrize(
+    "dtype, options",
+    [
+        (jnp.float32, {"is_causal": True, "q_segment_ids": IDS, "kv_segment_ids": IDS}),
+        (jnp.bfloat16, {"local_window_size": (64, 0), "key_value_seq_lengths": jnp.array([200])}),
+    ],
+)
+def test_lowers_for_tpu(dtype, options):
     """``attention(..., implementation="pallas_tpu")`` exported for TPU on this CPU machine:
     forward, dK/dV and dQ are Mosaic custom calls (the interpreter's branch is dropped)."""
-    q, k, v = qkv(4, 1, 256, 256, 4, 2, H)
-    ids = jnp.arange(256)[None] // 100
+    q, k, v = qkv(4, 1, 256, 256, 4, 2, H, dtype)
 
     def loss(q, k, v):
         out, lse = aj.attention(
             q,
             k,
             v,
-            is_causal=True,
             causal_offset=jnp.asarray(5),
-            q_segment_ids=ids,
-            kv_segment_ids=ids,
             implementation="pallas_tpu",
             return_lse=True,
+            **options,
         )
-        return jnp.sum(out) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0))
+        return jnp.sum(out.astype(jnp.float32)) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0))
 
     # Mosaic's lowering reads the chip generation: an abstract TPU stands in for one.
     tpu = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu")
