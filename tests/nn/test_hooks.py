@@ -53,6 +53,8 @@ def test_names_follow_the_parameter_paths(dense):
     assert (context.layer, context.point, context.head_axis) == (1, "attention.pattern", -3)
     assert cache.stack("attention.z").shape == (2, B, T, 4, 4)
     np.testing.assert_array_equal(cache["attention.z", 1, 3], cache[Z1][:, :, 3])
+    _, chosen = ann.run_with_cache(model, CLEAN, names=lambda name: name.endswith("1.resid_pre"))
+    assert list(chosen) == ["encoder.blocks.1.resid_pre"]
 
 
 def test_cached_values_equal_the_values_recomputed_by_hand(dense):
