@@ -84,6 +84,19 @@ def test_bfloat16_cosine_window():
     assert out.dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in grads[:3])
 
 
+def test_rows_past_query_length_give_zeros_whatever_they_hold():
+    """Rows past the query length give output 0 and lse -inf, as on the dense and chunked
+    paths, even when their queries are NaN (they share an unmasked tile with valid rows)."""
+    q, k, v = qkv(6, 1, 16, 128, 2, 1, 8)
+    q = q.at[:, 10:].set(jnp.nan)
+    lengths = jnp.array([10], jnp.int32)
+    out, lse = aj.attention(
+        q, k, v, query_seq_lengths=lengths, implementation="pallas_tpu", return_lse=True
+    )
+    assert np.all(np.asarray(out[:, 10:]) == 0) and np.all(np.isneginf(lse[:, :, 10:]))
+    assert np.all(np.isfinite(np.asarray(out[:, :10])))
+
+
 def test_matches_jax_tpu_flash_attention():
     """JAX's TPU kernel (``[B, N, T, H]``, no GQA) on the same inputs, causal with segment ids
     (three documents, boundaries inside tiles): outputs and gradients, ours under ``vmap``."""

@@ -305,8 +305,11 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
         # No visible key (sum 0), or a row past the query length: output 0, lse -inf.
         valid = (total != 0.0) & (rows < info_ref[b, 1])
         safe = jnp.where(valid, total, 1.0)
-        scale = jnp.where(valid, 1.0 / safe, 0.0)
-        o_ref[...] = (acc_ref[...] * _lanes(scale, acc_ref.shape[1])).astype(o_ref.dtype)
+        scale = _lanes(jnp.where(valid, 1.0 / safe, 0.0), acc_ref.shape[1])
+        # Selected, not multiplied by 0: rows past the query length may hold NaN (a valid
+        # row's total is at least 1, so its scale is never 0).
+        out = jnp.where(scale == 0.0, 0.0, acc_ref[...] * scale)
+        o_ref[...] = out.astype(o_ref.dtype)
         lse_ref[...] = jnp.where(valid, m_ref[...] + jnp.log(safe), -jnp.inf)
 
 
