@@ -20,6 +20,7 @@ MODULES = [
     "attnjax.sharded",
     "attnjax.nn",
     "attnjax.nn.mods",
+    "attnjax.inspect",
     "attnjax.analysis",
     "attnjax.tasks",
     "attnjax.experiment",
