@@ -50,6 +50,23 @@ def masked_softmax(
     return masked_softmax_with_lse(logits, mask)[0]
 
 
+class RowStats:
+    """Where the online softmax keeps a tile's row statistics (running max, running sum,
+    log-sum-exp): one value per row, ``[..., Tb]``. A kernel whose vectors must stay 2-D
+    (Mosaic) subclasses it with its own layout (:class:`attnjax.pallas.tpu.LaneStats`)."""
+
+    @staticmethod
+    def reduce(fn: Callable, x: Array) -> Array:
+        """``fn`` (``jnp.max``, ``jnp.sum``) over each row of ``x [..., Tb, Sb]``."""
+        return fn(x, axis=-1)
+
+    @staticmethod
+    def widen(stats: Array, width: int) -> Array:
+        """Row statistics broadcastable against ``[..., Tb, width]``."""
+        del width
+        return stats[..., None]
+
+
 def online_init(rows: tuple[int, ...], value_dim: int) -> tuple[Array, Array, Array]:
     """The online softmax's start: running max, running sum, accumulator ``[*rows, Hv]``."""
     return (
@@ -59,38 +76,42 @@ def online_init(rows: tuple[int, ...], value_dim: int) -> tuple[Array, Array, Ar
     )
 
 
-def online_step(carry, logits: Array, mask: Array | None, weighted_sum: Callable):
+def online_step(carry, logits: Array, mask: Array | None, weighted_sum: Callable, stats=RowStats):
     """Fold one tile of float32 ``logits [..., Tb, Sb]`` into the running softmax.
 
     ``weighted_sum(p [..., Tb, Sb]) -> [..., Tb, Hv]`` multiplies the tile's unnormalized
     probabilities with its values. Masked entries get probability exactly 0, also while
-    every key seen so far was masked.
+    every key seen so far was masked. ``stats``: the layout of the running max and sum.
     """
     m_prev, total, acc = carry
     if mask is not None:
         logits = jnp.where(mask, logits, MASK_VALUE)
-    m_new = jnp.maximum(m_prev, jnp.max(logits, axis=-1))
-    p = jnp.exp(logits - m_new[..., None])
+    m_new = jnp.maximum(m_prev, stats.reduce(jnp.max, logits))
+    p = jnp.exp(logits - stats.widen(m_new, logits.shape[-1]))
     if mask is not None:
         p = jnp.where(mask, p, 0.0)
     alpha = jnp.exp(m_prev - m_new)
-    return m_new, alpha * total + jnp.sum(p, axis=-1), alpha[..., None] * acc + weighted_sum(p)
+    new_total = alpha * total + stats.reduce(jnp.sum, p)
+    return m_new, new_total, stats.widen(alpha, acc.shape[-1]) * acc + weighted_sum(p)
 
 
-def online_finish(carry) -> tuple[Array, Array]:
+def online_finish(carry, stats=RowStats) -> tuple[Array, Array]:
     """``(output [..., Hv], lse [...])``; a row that saw no valid key (or only ``-inf``
-    logits) gives 0 and ``-inf``; a NaN row stays NaN."""
+    logits) gives 0 and ``-inf``, selected (never a product with 0, so whatever its
+    accumulator holds); a NaN row stays NaN."""
     m, total, acc = carry
     empty = total == 0
     safe_total = jnp.where(empty, 1.0, total)
-    out = jnp.where(empty[..., None], 0.0, acc / safe_total[..., None])
+    width = acc.shape[-1]
+    out = jnp.where(stats.widen(total, width) == 0, 0.0, acc / stats.widen(safe_total, width))
     return out, jnp.where(empty, -jnp.inf, m + jnp.log(safe_total))
 
 
-def recomputed_probs(logits: Array, lse: Array, mask: Array | None) -> Array:
+def recomputed_probs(logits: Array, lse: Array, mask: Array | None, stats=RowStats) -> Array:
     """The softmax of a tile from its logits and the rows' log-sum-exp (``-inf``: empty row).
 
     An empty row's probabilities are 0, also without a mask.
     """
-    p = jnp.exp(logits - jnp.where(lse == -jnp.inf, jnp.inf, lse)[..., None])
+    lse = jnp.where(lse == -jnp.inf, jnp.inf, lse)
+    p = jnp.exp(logits - stats.widen(lse, logits.shape[-1]))
     return p if mask is None else jnp.where(mask, p, 0.0)

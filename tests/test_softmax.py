@@ -4,6 +4,9 @@ import numpy as np
 import pytest
 
 from attnjax import masked_softmax, masked_softmax_with_lse
+from attnjax.pallas.tpu import LaneStats
+from attnjax.softmax import MASK_VALUE, RowStats, online_finish, online_init, online_step
+from tests.parity import max_rel_error
 
 LOGITS = jax.random.normal(jax.random.key(0), (3, 5, 7)) * 3
 
@@ -62,3 +65,22 @@ def test_fully_masked_row_gives_zero_weights_zero_gradient_and_minus_inf_lse():
     grad = jax.grad(loss)(LOGITS)
     np.testing.assert_array_equal(grad[1, 2], 0.0)
     assert np.all(np.isfinite(grad))
+
+
+def test_online_softmax_same_with_lane_replicated_row_statistics():
+    """The TPU kernel's layout (row statistics replicated over 128 lanes) and one statistic per
+    row give the softmax's output and log-sum-exp over two tiles, empty rows included."""
+    logits = 5 * jax.random.normal(jax.random.key(0), (8, 256))
+    values = jax.random.normal(jax.random.key(1), (256, 128))
+    lengths = jnp.array([0, 1, 100, 128, 129, 200, 256, 256])
+    mask = jnp.arange(256)[None] < lengths[:, None]
+    weights, expected_lse = masked_softmax_with_lse(logits, mask)
+    lanes = (jnp.full((8, 128), MASK_VALUE), jnp.zeros((8, 128)), jnp.zeros((8, 128)))
+    for stats, carry in ((RowStats, online_init((8,), 128)), (LaneStats, lanes)):
+        for tile in (slice(0, 128), slice(128, 256)):
+            weighted_sum = lambda p, tile=tile: p @ values[tile]  # noqa: E731
+            carry = online_step(carry, logits[:, tile], mask[:, tile], weighted_sum, stats)
+        out, lse = online_finish(carry, stats)
+        lse = jnp.broadcast_to(lse.reshape(8, -1), (8, 128))
+        assert max_rel_error(out, weights @ values) <= 1e-5
+        assert max_rel_error(lse, jnp.broadcast_to(expected_lse[:, None], (8, 128))) <= 1e-6

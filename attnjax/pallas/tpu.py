@@ -40,7 +40,7 @@ from attnjax.call import AttentionCall
 from attnjax.masks import MaskSpec
 from attnjax.pallas import attention as triton_path
 from attnjax.pallas.flash import dot, key_blocks, query_blocks
-from attnjax.softmax import MASK_VALUE
+from attnjax.softmax import MASK_VALUE, RowStats, online_finish, online_step, recomputed_probs
 from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 
 NAME = "pallas_tpu"
@@ -235,7 +235,11 @@ def _segment_refs(config, refs):
 def _tile_mask(config, info, q_start, k_start, shape, segments):
     """The tile's mask ``[bq, bk]``: the causal/window bounds of the shared
     :meth:`MaskSpec.diff_bounds`, the lengths and the segment ids (refs ``[bq, 128]`` and
-    ``[8, bk]``, replicated as in JAX's kernel, or ``None``), on 2-D iotas."""
+    ``[8, bk]``, replicated as in JAX's kernel, or ``None``), on 2-D iotas.
+
+    Not :meth:`MaskSpec.block`: that builds a ``[..., Tb, Sb]`` mask from 1-D index vectors
+    and batch-broadcast lengths and segment ids (outer products Mosaic does not lay out);
+    here the indices are 2-D iotas and the lengths scalars read from SMEM."""
     offset, q_len, k_len = info
     q_idx = q_start + jax.lax.broadcasted_iota(jnp.int32, shape, 0)
     k_idx = k_start + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
@@ -259,6 +263,20 @@ def _lanes(x: Float[Array, "R 128"], width: int) -> Float[Array, "R W"]:
     return x[:, :width]
 
 
+class LaneStats(RowStats):
+    """Row statistics ``[bq, 128]``, replicated over lanes as in JAX's TPU kernel: Mosaic's
+    vectors are 2-D, so the shared online softmax (:mod:`attnjax.softmax`) keeps its running
+    max, sum and log-sum-exp this way here."""
+
+    @staticmethod
+    def reduce(fn, x):
+        return fn(x, axis=1)[:, None]
+
+    @staticmethod
+    def widen(stats, width):
+        return _lanes(stats, width)
+
+
 def _when_visited(lo, full_lo, full_hi, hi, index, step):
     """Run ``step(masked)`` if ``index`` is in ``[lo, hi)``: unmasked inside the full range."""
     visited = (index >= lo) & (index < hi)
@@ -273,6 +291,8 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
     bq, bk = config.blocks.block_q, config.blocks.block_k
     num_k_blocks = pl.num_programs(3)
 
+    carry = (m_ref, l_ref, acc_ref)
+
     @pl.when(j == 0)
     def _():
         m_ref[...] = jnp.full(m_ref.shape, MASK_VALUE, jnp.float32)
@@ -283,34 +303,23 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
         s = dot(q_ref[...], k_ref[...], (1, 1))
         info = _row(info_ref, b)
         mask = _tile_mask(config, info, i * bq, j * bk, s.shape, segments) if masked else None
-        if mask is not None:
-            s = jnp.where(mask, s, MASK_VALUE)
-        m_prev = m_ref[...]
-        m_next = jnp.maximum(m_prev, jnp.max(s, axis=1)[:, None])
-        p = jnp.exp(s - _lanes(m_next, bk))
-        if mask is not None:
-            p = jnp.where(mask, p, 0.0)  # exact zeros while every key so far was masked
-        alpha = jnp.exp(m_prev - m_next)
-        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1)[:, None]
-        pv = dot(p.astype(v_ref.dtype), v_ref[...], (1, 0))
-        acc_ref[...] = _lanes(alpha, acc_ref.shape[1]) * acc_ref[...] + pv
-        m_ref[...] = m_next
+        weighted_sum = lambda p: dot(p.astype(v_ref.dtype), v_ref[...], (1, 0))  # noqa: E731
+        state = online_step(tuple(ref[...] for ref in carry), s, mask, weighted_sum, LaneStats)
+        for ref, value in zip(carry, state, strict=True):
+            ref[...] = value
 
     _when_visited(*_key_range(config, info_ref, b, i, num_k_blocks), j, step)
 
     @pl.when(j == num_k_blocks - 1)
     def _():
+        # A row past the query length finishes as a row with no visible key: output 0
+        # (selected, so whatever NaN its queries gave), lse -inf.
         total = l_ref[...]
         rows = i * bq + jax.lax.broadcasted_iota(jnp.int32, total.shape, 0)
-        # No visible key (sum 0), or a row past the query length: output 0, lse -inf.
-        valid = (total != 0.0) & (rows < info_ref[b, 1])
-        safe = jnp.where(valid, total, 1.0)
-        scale = _lanes(jnp.where(valid, 1.0 / safe, 0.0), acc_ref.shape[1])
-        # Selected, not multiplied by 0: rows past the query length may hold NaN (a valid
-        # row's total is at least 1, so its scale is never 0).
-        out = jnp.where(scale == 0.0, 0.0, acc_ref[...] * scale)
+        total = jnp.where(rows < info_ref[b, 1], total, 0.0)
+        out, lse = online_finish((m_ref[...], total, acc_ref[...]), LaneStats)
         o_ref[...] = out.astype(o_ref.dtype)
-        lse_ref[...] = jnp.where(valid, m_ref[...] + jnp.log(safe), -jnp.inf)
+        lse_ref[...] = lse
 
 
 def _tile_grads(config, info_ref, b, i, j, refs, segments, masked):
@@ -320,10 +329,9 @@ def _tile_grads(config, info_ref, b, i, j, refs, segments, masked):
     bq, bk = config.blocks.block_q, config.blocks.block_k
     q, k, do = q_ref[...], k_ref[...], do_ref[...]
     s = dot(q, k, (1, 1))
-    p = jnp.exp(s - _lanes(lse_ref[...], bk))  # lse = +inf for empty rows: p = 0
-    if masked:
-        mask = _tile_mask(config, _row(info_ref, b), i * bq, j * bk, s.shape, segments)
-        p = jnp.where(mask, p, 0.0)
+    info = _row(info_ref, b)
+    mask = _tile_mask(config, info, i * bq, j * bk, s.shape, segments) if masked else None
+    p = recomputed_probs(s, lse_ref[...], mask, LaneStats)
     return q, k, do, p, p * (dot(do, v_ref[...], (1, 1)) - _lanes(delta_ref[...], bk))
 
 
@@ -448,7 +456,7 @@ def _backward(config, q, k, v, info, segments, out, lse, d_out, d_lse):
     nq, nk = tq // config.blocks.block_q, ts // config.blocks.block_k
     delta = jnp.einsum("bnth,bnth->bnt", d_out.astype(jnp.float32), out.astype(jnp.float32))
     rows = lambda x: jnp.broadcast_to(x[..., None], (*x.shape, LANES))  # noqa: E731
-    args = (info, q, k, v, d_out, rows(jnp.where(lse == -jnp.inf, jnp.inf, lse)))
+    args = (info, q, k, v, d_out, rows(lse))
     args = (*args, rows(delta - d_lse), *(segments or ()))
     names = ("q", "k", "v", "do", "row", "row")
     shapes = (q.shape[-1], v.shape[-1])
