@@ -97,7 +97,8 @@ def attention(
     ``implementation``: ``"xla"`` (dense: materializes the logits), ``"chunked"`` (online
     softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (Pallas
     kernels for the named dot-product and additive scores, structured masks only),
-    ``"pallas_tpu"`` (the Mosaic TPU flash kernel when lowered for TPU, interpreted elsewhere:
+    ``"pallas_tpu"`` (the Mosaic TPU flash kernel when lowered for TPU, Pallas' interpreter on
+    CPU (slow: for tests), refused on a GPU (use ``"pallas"``): float32 or bfloat16,
     dot-family scores, causal with offset, windows, lengths, segment ids; no mods yet), ``"cudnn"``
     (``jax.nn``'s cuDNN kernel: GPU, ``dot``/``scaled_dot``, no mods) or ``None``:
     :func:`choose_implementation` decides. Tiled implementations never form the weights, so

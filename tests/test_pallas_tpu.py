@@ -17,6 +17,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
 
 import attnjax as aj
+from attnjax.pallas.tpu import platform_interpret
 from tests.parity import FP32_FWD, FP32_GRAD, assert_matches, max_rel_error, qkv
 
 B, T, S, N, K, H = 2, 200, 256, 2, 1, 64  # T pads to 2 tiles of 128; H pads to 128 lanes
@@ -24,7 +25,17 @@ IDS = jnp.arange(256)[None] // 100  # three documents, boundaries inside tiles
 CHECKED = pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan")
 # Parallel grid axes split over two simulated cores: a block written from both would race.
 TWO_CORES = dataclasses.replace(CHECKED, num_cores_or_threads=2)
-INTERPRETER = getattr(jax._src.pallas.mosaic, "interpret", None)
+INTERPRETER = jax._src.pallas.mosaic.interpret.interpret_pallas_call
+
+
+def runs_kernels(count):
+    """Mark a test that runs ``count`` kernels (each records its own race state)."""
+
+    def mark(test):
+        test.kernels = count
+        return test
+
+    return mark
 
 
 def _interpreted(params):
@@ -34,56 +45,73 @@ def _interpreted(params):
 
 
 @pytest.fixture(autouse=True)
-def _checked_interpret_mode(monkeypatch):
-    """Every kernel runs in the checked mode; no kernel may race (each one's race state is
-    recorded: the interpreter keeps only the last)."""
+def _checked_interpret_mode(request, monkeypatch):
+    """Every kernel runs in the checked mode; no kernel may race. Each one's race state is
+    recorded (the interpreter keeps only the last), and off TPU there must be one for each
+    kernel the test runs (``runs_kernels``): a JAX that renames the state fails here rather
+    than checking nothing."""
     states = []
-    module = getattr(INTERPRETER, "interpret_pallas_call", None)
-    if module is not None and hasattr(module, "RaceDetectionState"):
 
-        class Recorded(module.RaceDetectionState):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                states.append(self)
+    class Recorded(INTERPRETER.RaceDetectionState):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            states.append(self)
 
-        monkeypatch.setattr(module, "RaceDetectionState", Recorded)
+    monkeypatch.setattr(INTERPRETER, "RaceDetectionState", Recorded)
     with _interpreted(CHECKED):
         yield
+    if jax.default_backend() != "tpu":
+        expected = getattr(request.function, "kernels", 0)
+        assert len(states) == expected, f"{len(states)} race states for {expected} kernels"
     assert not any(state.races_found for state in states), "a kernel races"
 
 
-def test_scaled_dot_gqa_causal_offset_lengths_temperature():
-    """Offset -3 leaves the first rows with no visible key (output 0, lse -inf, gradient 0);
-    batch 0 sees 150 keys and 180 queries, batch 1 all. On two simulated cores."""
+@runs_kernels(3)
+def test_scaled_dot_mqa_causal_offset_full_tiles_lengths_temperature():
+    """Offset 5: query tile 1 sees key tile 0 whole, so each kernel also runs its unmasked
+    step (rows past the query length in it included); batch 0 sees 150 keys and 180
+    queries, batch 1 all. On two simulated cores."""
     q, k, v = qkv(0, B, T, S, N, K, H)
     temperature = jnp.array([0.5, 2.0])[:, None, None]
     diff = {"temperature": temperature, "score_params": {"scale": jnp.asarray(0.3)}}
     with _interpreted(TWO_CORES):
-        out, lse, grads = assert_matches(
+        assert_matches(
             "pallas_tpu",
             q,
             k,
             v,
             diff,
             is_causal=True,
-            causal_offset=jnp.asarray(-3),
+            causal_offset=jnp.asarray(5),
             query_seq_lengths=jnp.array([180, T], jnp.int32),
             key_value_seq_lengths=jnp.array([150, S], jnp.int32),
         )
-    assert np.all(np.asarray(out[:, :3]) == 0) and np.all(np.isneginf(lse[:, :, :3]))
-    assert np.all(np.asarray(grads[0][:, :3]) == 0)
 
 
-def test_bfloat16_cosine_window():
-    """190 keys: the last key tile holds padding, masked by the key length."""
-    q, k, v = qkv(1, 1, T, 190, N, K, H, jnp.bfloat16)
-    diff = {"score_params": {"scale": jnp.array([4.0, 8.0])}}
-    out, _, grads = assert_matches(
-        "pallas_tpu", q, k, v, diff, score="cosine", local_window_size=(40, 8)
+@runs_kernels(3)
+def test_bfloat16_cosine_gqa_window_skips_tiles():
+    """GQA, 4 query heads over 2 K/V heads. The window (100, 0) around ``t + 100`` (keys ``t``
+    to ``t + 100``) skips key tile 0 for query tile 1, in the forward, dK/dV and dQ grids;
+    rows 190 on see no key of the 190 (output 0, lse -inf, gradient 0), and the last key
+    tile holds padding, masked by the key length."""
+    q, k, v = qkv(1, 1, T, 190, 4, 2, H, jnp.bfloat16)
+    diff = {"score_params": {"scale": jnp.array([4.0, 8.0, 2.0, 6.0])}}
+    out, lse, grads = assert_matches(
+        "pallas_tpu",
+        q,
+        k,
+        v,
+        diff,
+        score="cosine",
+        causal_offset=jnp.asarray(100),
+        local_window_size=(100, 0),
     )
     assert out.dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in grads[:3])
+    assert np.all(np.asarray(out[:, 190:]) == 0) and np.all(np.isneginf(lse[:, :, 190:]))
+    assert np.all(np.asarray(grads[0][:, 190:]) == 0)
 
 
+@runs_kernels(1)
 def test_rows_past_query_length_give_zeros_whatever_they_hold():
     """Rows past the query length give output 0 and lse -inf, as on the dense and chunked
     paths, even when their queries are NaN (they share an unmasked tile with valid rows)."""
@@ -97,22 +125,30 @@ def test_rows_past_query_length_give_zeros_whatever_they_hold():
     assert np.all(np.isfinite(np.asarray(out[:, :10])))
 
 
+@runs_kernels(6)  # ours: forward, dK/dV, dQ; theirs: forward, dK/dV, dQ
 def test_matches_jax_tpu_flash_attention():
     """JAX's TPU kernel (``[B, N, T, H]``, no GQA) on the same inputs, causal with segment ids
-    (three documents, boundaries inside tiles): outputs and gradients, ours under ``vmap``."""
-    q, k, v = qkv(2, 1, 256, 256, 2, 2, H)
+    (documents of 100 and 60 keys, boundaries inside tiles): outputs and gradients, ours under
+    ``vmap`` over two examples with their own ids and key lengths (theirs: keys past the
+    length in a segment of their own)."""
+    q, k, v = qkv(2, 2, 256, 256, 2, 2, H)
     w = jax.random.normal(jax.random.key(3), q.shape)
+    ids = jnp.arange(256)[None] // jnp.array([[100], [60]])
+    lengths = jnp.array([210, 250])  # every query still sees a key of its document
 
     def ours(q, k, v):  # under vmap: the mapped axis folds into the kernels' batch axis
-        def one(q, k, v):
-            options = {"q_segment_ids": IDS[0], "kv_segment_ids": IDS[0], "is_causal": True}
-            return aj.attention(q, k, v, implementation="pallas_tpu", **options)
+        def one(q, k, v, ids, length):
+            options = {"q_segment_ids": ids, "kv_segment_ids": ids, "is_causal": True}
+            return aj.attention(
+                q, k, v, key_value_seq_lengths=length, implementation="pallas_tpu", **options
+            )
 
-        return jnp.sum(jax.vmap(one)(q, k, v) * w)
+        return jnp.sum(jax.vmap(one)(q, k, v, ids, lengths) * w)
 
     def theirs(q, k, v):
         heads_first = [jnp.swapaxes(x, 1, 2) for x in (q, k, v)]
-        segments = jax_flash.SegmentIds(q=IDS, kv=IDS)
+        kv_ids = jnp.where(jnp.arange(256)[None] < lengths[:, None], ids, -1)
+        segments = jax_flash.SegmentIds(q=ids, kv=kv_ids)
         out = jax_flash.flash_attention(
             *heads_first, segment_ids=segments, causal=True, sm_scale=H**-0.5
         )
@@ -173,6 +209,20 @@ def test_refuses_what_it_cannot_run():
         with pytest.raises(ValueError, match=message) as error:
             aj.attention(q, k, v, implementation="pallas_tpu", **kwargs)
         assert "chunked" in str(error.value) or "block_sizes" in message
+    for dtype in (jnp.float16, jnp.float64):
+        with jax.enable_x64(True), pytest.raises(ValueError, match=r"float32 or bfloat16.*chunked"):
+            inputs = (x.astype(dtype) for x in (q, k, v))
+            aj.attention(*inputs, implementation="pallas_tpu")
     with pytest.raises(ValueError, match=r"block_sizes\.block_q: .* multiple of 16 for bfloat16"):
         bf16 = (x.astype(jnp.bfloat16) for x in (q, k, v))
         aj.attention(*bf16, implementation="pallas_tpu", block_sizes=aj.BlockSizes(8, 128))
+
+
+def test_refuses_a_gpu_unless_tpu_interpret_mode_is_forced():
+    """On a GPU the default would be Pallas' generic interpreter: refused, pointing to the GPU
+    kernel. CPU keeps the interpreter; TPU interpret mode (these tests) runs anywhere."""
+    with pytest.raises(ValueError, match=r"implementation='pallas' .* or 'chunked'"):
+        platform_interpret(None, "gpu", tpu_interpret_forced=False)
+    assert platform_interpret(None, "gpu", tpu_interpret_forced=True) is None
+    assert platform_interpret(None, "cpu", tpu_interpret_forced=False) is None
+    assert platform_interpret(True, "gpu", tpu_interpret_forced=False) is True

@@ -43,8 +43,9 @@ from attnjax.tiling import (
 
 
 def dot(a: Array, b: Array, contract: tuple[int, int]) -> Array:
-    """A matmul accumulating in float32. Float32 inputs run at full precision (Triton would
-    use TF32 otherwise); bfloat16/float16 inputs use the tensor cores' native precision."""
+    """A matmul accumulating in float32, shared by the Triton and Mosaic TPU kernels. Float32
+    inputs run at ``HIGHEST`` precision (Triton would use TF32 otherwise, a TPU's MXU single
+    bfloat16 passes); 16-bit inputs use the native precision of the tensor cores or the MXU."""
     full = jnp.float32 in (a.dtype, b.dtype)
     return jax.lax.dot_general(
         a,

@@ -16,12 +16,19 @@ lengths). What is TPU-shaped:
   compute nor DMA. Tile masks use 2-D iotas (Mosaic's vectors are 2-D).
 - GQA: K/V index maps read head ``n // G``; the dK/dV grid runs over K/V heads and sums the
   ``G`` query heads of its group in VMEM (no repeat in HBM, no per-query-head dK).
-- float32 accumulation: matmuls with ``preferred_element_type=float32`` (``HIGHEST`` for
-  float32 inputs), softmax in float32 whatever the input dtype.
+- float32 or bfloat16 inputs (float16 and float64 are refused: Mosaic's support for them
+  depends on the chip). Matmuls accumulate in float32 (``preferred_element_type``), softmax
+  in float32. Float32 matmuls run at ``HIGHEST`` precision, while JAX's TPU flash and splash
+  kernels leave the default (which may be single bfloat16 passes on the MXU): the same
+  shared :func:`~attnjax.pallas.flash.dot` as the Triton kernel, so float32 results hold the
+  float32 parity tolerances against the dense path, as on every other implementation. The
+  float32 rows of ``benchmarks/tpu.sh`` therefore time a more precise kernel than JAX's.
 
 The platform the call is lowered for picks the Mosaic kernel (TPU) or Pallas' interpreter
-(elsewhere), so ``jax.export(..., platforms=["tpu"])`` on a CPU holds the Mosaic kernel. The
-CPU tests run JAX's TPU interpret mode instead (``pltpu.force_tpu_interpret_mode``: simulated
+(CPU and other non-GPU platforms: slow, for tests), so ``jax.export(..., platforms=["tpu"])``
+on a CPU holds the Mosaic kernel. On a GPU the call is refused (:func:`platform_interpret`):
+the interpreter there would be orders of magnitude slower than ``"pallas"`` or ``"chunked"``.
+The CPU tests run JAX's TPU interpret mode instead (``pltpu.force_tpu_interpret_mode``: simulated
 HBM, VMEM and DMAs, race detection). Scores other than the dot family, dense masks, bias,
 mods and block masks are refused (:func:`unsupported`): use ``"chunked"``.
 """
@@ -32,6 +39,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax._src import config as jax_config  # whether TPU interpret mode is forced
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jaxtyping import Array, Float, Int
@@ -48,6 +56,7 @@ LANES, SUBLANES = 128, 8
 # JAX's TPU flash attention (jax.experimental.pallas.ops.tpu.flash_attention,
 # BlockSizes.get_default): 128 x 128 tiles for the forward and both backward kernels.
 DEFAULT_BLOCKS = BlockSizes(block_q=128, block_k=128)
+DTYPES = (jnp.float32, jnp.bfloat16)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +88,14 @@ def tpu_attention(
     reason = unsupported(call)
     if reason is not None:
         raise ValueError(reason)
+    if query.dtype not in DTYPES:
+        raise ValueError(
+            f"query: implementation={NAME!r} takes float32 or bfloat16 inputs (Mosaic's support "
+            f"for other dtypes depends on the chip), got {query.dtype.name}; use "
+            "implementation='chunked'"
+        )
+    forced = jax_config.pallas_tpu_interpret_mode_context_manager.value is not None
+    interpret = platform_interpret(interpret, jax.default_backend(), forced)
     batch, num_queries, num_heads, _ = query.shape
     num_keys, num_kv = key.shape[1], key.shape[2]
     blocks = _blocks(call.blocks(None), query.dtype, num_queries, num_keys)
@@ -99,6 +116,19 @@ def tpu_attention(
     out, lse = flash(config, q, k, v, info, segments)
     out = jnp.swapaxes(out[:, :, :num_queries, : value.shape[-1]], 1, 2)
     return out.astype(query.dtype), None, lse[:, :, :num_queries]
+
+
+def platform_interpret(interpret: Any, backend: str, tpu_interpret_forced: bool) -> Any:
+    """``interpret`` for a call on the default ``backend``, refused (``ValueError``) where
+    ``None`` would run Pallas' generic interpreter on a GPU (unless the caller forced TPU
+    interpret mode, ``pltpu.force_tpu_interpret_mode``, as the tests do)."""
+    if interpret is None and backend == "gpu" and not tpu_interpret_forced:
+        raise ValueError(
+            f"implementation={NAME!r} is the Mosaic TPU kernel: on a GPU it would run Pallas' "
+            "interpreter, orders of magnitude slower; use implementation='pallas' (the GPU "
+            "kernel) or 'chunked'"
+        )
+    return interpret
 
 
 def unsupported(call: AttentionCall) -> str | None:
@@ -125,8 +155,8 @@ def unsupported(call: AttentionCall) -> str | None:
 
 def _blocks(blocks, dtype, num_queries, num_keys) -> BlockSizes:
     """Checked tiles: ``block_q`` a multiple of the sublane tile (8 for float32, 16 for
-    16-bit dtypes), ``block_k`` of 128 lanes; clamped to the lengths rounded up to them."""
-    sublanes = SUBLANES * 4 // max(2, min(jnp.dtype(dtype).itemsize, 4))
+    bfloat16), ``block_k`` of 128 lanes; clamped to the lengths rounded up to them."""
+    sublanes = SUBLANES * 4 // jnp.dtype(dtype).itemsize
     blocks = blocks or DEFAULT_BLOCKS
     for name, multiple in (("block_q", sublanes), ("block_k", LANES)):
         if getattr(blocks, name) % multiple:
