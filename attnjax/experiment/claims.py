@@ -69,7 +69,8 @@ CLAIMS = tuple(
          "positional_amplitude", "supported", ""),
         ("S8", "additive: no bias cancels, a bias helps; ReLU dead units, a positive bias helps",
          "activation", "inconclusive", "inconclusive"),
-        ("S9", "attention entropy collapses before the loss spikes", "entropy_collapse", NEW, ""),
+        ("S9", "low attention entropy accompanies loss spikes: collapsed runs spike more, near "
+         "the collapse", "entropy_collapse", NEW, "supported"),
         ("M1", "degenerate inputs collapse heads; diversity penalties keep them apart",
          "head_diversity", "supported", ""),
         ("M2", "pruning heads: a plateau, then a cliff", "head_pruning", "supported", ""),

@@ -2,7 +2,6 @@
 measurements and rules on constructed inputs, and their smoke variants end to end through
 ``attnjax sweep``."""
 
-import numpy as np
 import pytest
 
 from attnjax.experiment import load_file
@@ -19,23 +18,6 @@ RECORDS = {
 def test_smoke_end_to_end(name, run_smoke):
     claims, figures = RECORDS[name]
     assert smoke_verdicts(run_smoke, name, figures) == (claims, claims)
-
-
-def test_spike_and_collapse_steps():
-    module = load_file(EXPERIMENTS / "entropy_collapse.py")
-    steps = np.array([20, 40, 60, 80])
-    assert module.spike_step(np.array([3.0, 2.0, 2.2, 1.9]), steps) is None  # +0.2: no spike
-    assert module.spike_step(np.array([3.0, 2.0, 2.1, 2.4]), steps) == 80
-    assert module.spike_step(np.array([3.0, np.nan, 1.0, 1.0]), steps) == 40
-    assert module.first_below(np.array([2.0, 0.5, 0.1, 0.0]), steps, 0.3) == 60
-    assert module.first_below(np.array([2.0, 0.5]), steps[:2], 0.3) is None
-    metrics = [{"split": "train", "metric": "loss", "seed": 0, "learning_rate": 0.1, "step": s,
-                "value": float(s)} for s in (40, 20)]  # fmt: skip
-    metrics += [{"split": "valid", "metric": "attention_entropy", "seed": 0, "learning_rate": 0.1,
-                 "step": s, "value": -float(s)} for s in (20, 40)]  # fmt: skip
-    run = module.trajectories(metrics)[0, 0.1]
-    assert run["step"].tolist() == [20, 40] and run["loss"].tolist() == [20.0, 40.0]
-    assert run["entropy"].tolist() == [-20.0, -40.0]
 
 
 def test_luong_winner_needs_separate_intervals():
