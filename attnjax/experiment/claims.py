@@ -76,7 +76,8 @@ CLAIMS = tuple(
         ("M2", "pruning heads: a plateau, then a cliff", "head_pruning", "supported", ""),
         ("M3", "at init the output norm is flat in h; the heads average with variance σ²/h",
          "head_init", NEW, ""),
-        ("M4", "sharp heads average into a multimodal map", "head_averaging", NEW, ""),
+        ("M4", "sharp heads average into a multimodal map (judged as does: a trained model)",
+         "head_averaging", NEW, "supported"),
     )
 )  # fmt: skip
 EXPERIMENTS = tuple(dict.fromkeys(e for c in CLAIMS for e in c.experiments))

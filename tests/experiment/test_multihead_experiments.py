@@ -51,10 +51,10 @@ def test_sharp_heads_on_different_keys_average_into_two_modes():
     w[0, 0, 0, 0] = w[0, 1, 0, 2] = 0.85
     w[0, 2, 0] = 0.25
     stats = module.row_stats(w)
-    assert stats["sharp_heads"].tolist() == [[2]] and stats["multimodal"].tolist() == [[True]]
+    assert stats["sharp_heads"].tolist() == [[2]] and stats["average"].tolist() == [[True]]
     assert stats["average_entropy"][0, 0] > stats["heads_entropy"][0, 0]
     w[0, 1, 0] = w[0, 0, 0]  # both sharp heads on key 0: the average stays unimodal
-    assert module.row_stats(w)["multimodal"].tolist() == [[False]]
+    assert module.row_stats(w)["average"].tolist() == [[False]]
 
 
 def _head_init_rows(
