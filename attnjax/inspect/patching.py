@@ -3,6 +3,7 @@ attribution per head, with :func:`attnjax.nn.run_with_hooks` and
 :func:`attnjax.nn.run_with_cache`."""
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -69,38 +70,24 @@ def _sweep(model, clean, corrupted, metric, point, over) -> PatchingTable:
         raise ValueError(
             f"corrupted: expected the clean batch's shapes {shapes[0]}, got {shapes[1]}"
         )
+    labels, names, axis, shape = _points(model, clean, point, over)
+    mask_shape = [1] * len(shape)
+    mask_shape[axis] = shape[axis]
     graphdef, state = nnx.split(model)
-    found = {}
 
     @jax.jit
     def table(state, clean, corrupted):
         model = nnx.merge(graphdef, state)
-        clean_out, cache = run_with_cache(model, clean, names=f"*.{point}")
-        layers = sorted((c.layer, n) for n in cache if (c := cache.context(n)).point == point)
-        if not layers or any(layer is None for layer, _ in layers):
-            raise ValueError(
-                f"point: {point!r} names no point in a list of layers; cached: {sorted(cache)}"
-            )
-        found["labels"] = tuple(_layer_label(n, point, layers) for _, n in layers)
-        rows = []
-        for _, name in layers:
-            context = cache.context(name)
-            axis = context.head_axis if over == "head" else context.position_axis
-            if axis is None:
-                raise ValueError(f"point: {name} has no {over} axis")
-            value = cache[name]
-            size = value.shape[axis]
-            found["size"] = size
+        clean_out, cache = run_with_cache(model, clean, names=names)
 
-            def patched(index, name=name, value=value, axis=axis, size=size):
-                shape = [1] * value.ndim
-                shape[axis] = size
-                chosen = (jnp.arange(size) == index).reshape(shape)
-                hook = {name: lambda v, c: jnp.where(chosen, value, v)}
-                return metric(run_with_hooks(model, corrupted, hook), clean)
+        def patched(name, index):
+            chosen = (jnp.arange(shape[axis]) == index).reshape(mask_shape)
+            hook = {name: lambda value, context: jnp.where(chosen, cache[name], value)}
+            return metric(run_with_hooks(model, corrupted, hook), clean)
 
-            rows.append(jax.vmap(patched)(jnp.arange(size)))
-        return jnp.stack(rows), metric(clean_out, clean), metric(model(corrupted), clean)
+        cells = jnp.arange(shape[axis])
+        raw = jnp.stack([jax.vmap(functools.partial(patched, name))(cells) for name in names])
+        return raw, metric(clean_out, clean), metric(model(corrupted), clean)
 
     raw, clean_metric, corrupted_metric = table(state, clean, corrupted)
     normalized = (raw - corrupted_metric) / (clean_metric - corrupted_metric)
@@ -108,18 +95,39 @@ def _sweep(model, clean, corrupted, metric, point, over) -> PatchingTable:
         values=normalized,
         name=f"patched {point}: normalized metric",
         axes=("layer", over),
-        labels=(found["labels"], tuple(map(str, range(found["size"])))),
+        labels=(labels, tuple(map(str, range(shape[axis])))),
         raw=raw,
         clean=clean_metric,
         corrupted=corrupted_metric,
     )
 
 
-def _layer_label(name: str, point: str, layers) -> str:
-    """The layer's index, or its path where two stacks share an index."""
-    indices = [layer for layer, _ in layers]
-    layer = next(layer for layer, n in layers if n == name)
-    return str(layer) if indices.count(layer) == 1 else name.removesuffix(f".{point}")
+def _points(model, batch, point, over):
+    """``(labels, names, axis, shape)`` of ``point`` in each layer (in layer order), found by
+    tracing ``model`` on ``batch`` without computing: the labels are the layers' indices (or
+    their paths where two stacks share an index), ``axis`` the ``over`` axis of the value."""
+    points = {}  # name -> (context, shape), read while tracing
+
+    def trace(batch):
+        _, cache = run_with_cache(model, batch, names=lambda n: n.endswith(f".{point}"))
+        points.update({n: (cache.context(n), cache[n].shape) for n in cache})
+
+    jax.eval_shape(trace, batch)
+    found = sorted((c.layer, n) for n, (c, _) in points.items() if c.point == point)
+    if not found or any(layer is None for layer, _ in found):
+        raise ValueError(
+            f"point: {point!r} names no point in a list of layers; found: {sorted(points)}"
+        )
+    context, shape = points[found[0][1]]
+    axis = context.head_axis if over == "head" else context.position_axis
+    if axis is None:
+        raise ValueError(f"point: {point!r} has no {over} axis")
+    layers = [layer for layer, _ in found]
+    labels = tuple(
+        str(layer) if layers.count(layer) == 1 else name.removesuffix(f".{point}")
+        for layer, name in found
+    )
+    return labels, [name for _, name in found], axis % len(shape), shape
 
 
 @dataclasses.dataclass(frozen=True)

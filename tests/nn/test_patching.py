@@ -62,9 +62,15 @@ def test_head_effects_of_a_linear_model_equal_the_direct_computation():
     assert np.ptp(np.asarray(table.values)) > 0.05  # the heads differ
 
 
-def test_corrupted_batch_of_other_shapes_is_refused():
+def test_bad_batches_and_points_are_refused():
     with pytest.raises(ValueError, match="corrupted: expected the clean batch's shapes"):
         ai.patch_heads(_model(), CLEAN, {"inputs": CLEAN["inputs"][:, :3]}, last_logits)
+    with pytest.raises(ValueError, match="'resid_pre' has no head axis"):
+        ai.patch_heads(_model(), CLEAN, CORRUPT, last_logits, point="resid_pre")
+    layer = _model().encoder.blocks[0].attention  # its points are in no list of layers
+    x = jnp.zeros((B, T, 16))
+    with pytest.raises(ValueError, match="'z' names no point in a list of layers"):
+        ai.patch_heads(layer, x, x, lambda out, batch: out.sum(), point="z")
 
 
 @pytest.mark.parametrize("norms", [False, True])
