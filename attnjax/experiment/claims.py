@@ -59,7 +59,8 @@ CLAIMS = tuple(
          "supported", ""),
         ("S2", "unscaled dot degrades training as H grows, additive does not; scaling fixes it",
          "dk_scaling", "refuted", "refuted"),
-        ("S3", "dot is at least as good as general (bilinear)", "luong_scores", NEW, ""),
+        ("S3", "dot is at least as good as general (judged as Luong: LSTM states, unscaled dot, "
+         "general from W = I)", "luong_scores", NEW, "refuted"),
         ("S4", "fixed-scale cosine caps the top weight; a learnable scale removes the cap",
          "cosine_bound", NEW, ""),
         ("S5", "gradients vanish at both temperature extremes", "temperature", "supported", ""),
