@@ -251,7 +251,9 @@ class _Patterns:
         for name, rows_of in (("logits", logit_rows), ("pattern", attention_rows)):
             args = (q, k, lse) if name == "pattern" else (q, k)
             if session.wants(session.name(module, name)):
-                value = rows_of(*args, session.rows, heads=session.heads, **common)
+                value = rows_of(
+                    *args, session.rows, heads=session.heads, block_mask=block_mask, **common
+                )
                 session.visit(module, name, value, batch)
         return (out, extras[0], lse) if dense else (out, None, None)
 

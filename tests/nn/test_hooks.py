@@ -14,6 +14,7 @@ from flax import nnx
 
 import attnjax.nn as ann
 from attnjax import mods
+from attnjax.masks import block_mask
 from attnjax.nn.hooks import AXES
 from attnjax.patterns import FULL_PATTERN_MAX_LOGITS
 
@@ -228,6 +229,20 @@ def test_chunked_rows_of_an_additive_score_with_a_score_mod(dense):
     for name in ("logits", "pattern"):
         expected = reference[name][:, heads][:, :, rows]
         np.testing.assert_allclose(cache[name], expected, atol=1e-5, err_msg=name)
+
+
+def test_a_block_mask_reaches_the_recomputed_logits_and_pattern(dense):
+    """A call's block mask (its mask_mod: a window of 2 keys back) masks the cached logits
+    and pattern of its fast path as it masks the dense weights."""
+    x = dense[2]["encoder.blocks.0.resid_pre"]
+    layer = dense[0].encoder.blocks[0].attention
+    window = block_mask(mods.sliding_window(2), num_queries=T, num_keys=T)
+    _, weights = layer(x, block_mask=window, return_weights=True)
+    _, cache = ann.run_with_cache(layer, x, names=["logits", "pattern"], block_mask=window)
+    np.testing.assert_allclose(cache["pattern"], weights, atol=1e-6)
+    t, s = np.arange(T)[:, None], np.arange(T)[None]
+    visible = np.broadcast_to((s <= t) & (s >= t - 2), cache["logits"].shape)
+    np.testing.assert_array_equal(np.isneginf(cache["logits"]), ~visible)
 
 
 def test_replacing_the_pattern_on_a_tiled_path_needs_the_dense_switch():
