@@ -51,7 +51,13 @@ def repeated_tokens(key: Array, batch_size: int, length: int, vocab_size: int) -
 def detect_heads(model: nnx.Module, batch: Any, **kwargs: Any) -> dict[str, Table]:
     """The three scores of every (layer, head) of ``model`` on ``batch`` (token ``inputs
     [B, T]``), from its cached patterns: ``{"previous-token": Table, "duplicate-token": ...,
-    "induction": ...}``, each ``[L, N]``. ``kwargs`` go to :func:`run_with_cache`."""
+    "induction": ...}``, each ``[L, N]``. ``kwargs`` go to :func:`run_with_cache`, less
+    ``rows`` and ``heads``: the scores read every query and head of the full pattern."""
+    for name in ("rows", "heads"):
+        if kwargs.get(name) is not None:
+            raise ValueError(
+                f"{name}: not taken; detect_heads scores every query and head of the full pattern"
+            )
     _, cache = run_with_cache(model, batch, names="*.attention.pattern", **kwargs)
     patterns, tokens = cache.stack("attention.pattern"), batch["inputs"]
     scores = {

@@ -126,6 +126,9 @@ def test_a_model_held_to_the_previous_token_scores_one():
     assert prev.values.shape == (2, 4) and prev.axes == ("layer", "head")
     np.testing.assert_allclose(prev.values[0], 1.0, atol=1e-6)
     assert np.all(prev.values[1] < 0.9)
+    for selection in ({"rows": [1, 2]}, {"heads": [2, 3]}):  # the scores index full patterns
+        with pytest.raises(ValueError, match="not taken; detect_heads scores every query"):
+            ai.detect_heads(model, {"inputs": tokens}, **selection)
 
 
 def test_figures_keep_every_text_on_the_canvas():
