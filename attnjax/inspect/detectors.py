@@ -1,5 +1,7 @@
 """Head detectors: previous-token, duplicate-token and induction scores of every (layer,
-head) from the attention patterns of a batch, as TransformerLens defines them, and the
+head) from the attention patterns of a batch, with TransformerLens's designated keys
+averaged over the queries that have one (TransformerLens averages over every query: a perfect
+induction head on tokens repeated twice scores 1 here, about 0.5 there), and the
 repeated-random-tokens batch that makes induction heads visible."""
 
 from typing import Any
