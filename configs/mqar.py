@@ -1,5 +1,5 @@
 """Multi-query associative recall (CLAIMS E6), Zoology's setting scaled down for a CPU:
-vocabulary 64, length 32, 4 key-value pairs. Causal transformer with RoPE, MLP and
+vocabulary 64, length 32, 4 key-value pairs, 600 steps. Causal transformer with RoPE, MLP and
 LayerNorm; the experiment varies depth and width."""
 
 from attnjax import tasks

@@ -135,23 +135,3 @@ def test_mqa_ordering_judges_mqa_gqa_and_the_training_controls():
     assert verdict(MQA=low, GQA=[0.85] * 5) == "inconclusive"  # above MQA, short of solved
     assert verdict(MQA=low, GQA=low, CONTROL=low) == "inconclusive"  # training not shown
     assert verdict(MHA=low, MQA=low) == "inconclusive"
-
-
-def test_mqar_judges_two_layers_one_layer_and_flatness():
-    module = _load("mqar")
-    exp = module.get_experiment(smoke=True)
-    bound = module.one_layer_bound(4, exp.base.train.eval_batch_size)
-    assert 0.25 < bound < 0.4
-    solved, chance = [1.0] * 5, [0.25] * 5
-
-    def verdict(two=None, one=None):
-        values = [({"model.layers": 2, "model.width": w}, v) for w, v in (two or {}).items()]
-        values += [({"model.layers": 1, "model.width": w}, v) for w, v in (one or {}).items()]
-        defaults = [({"model.layers": n, "model.width": w}, solved if n == 2 else chance)
-                    for n in (1, 2) for w in module.WIDTHS]  # fmt: skip
-        return exp.verdict(_summary(exp, values + defaults, solved))[0]
-
-    assert verdict() == "supported"
-    assert verdict(one={256: [0.6] * 5}) == "refuted"  # one layer beats its ceiling
-    assert verdict(two={128: [0.9] * 5}) == "refuted"  # not flat in width
-    assert verdict(two={128: [0.985] * 5}) == "inconclusive"  # just short of solved
