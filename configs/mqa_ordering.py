@@ -1,8 +1,9 @@
-"""Head ordering (CLAIMS E5): two preference orders over 16 items; each example is a pair of
+"""Head ordering (CLAIMS E5): R preference orders over m items; each example is a pair of
 items with values, and the target is the value of each order's preferred item of the pair.
-One attention layer of 8 heads of size 1 (width 8), skip connection, linear readout, no MLP or
-LayerNorm: with key dimension 1 < 2 orders, keys shared by all heads (MQA) admit only one
-order and its reverse."""
+One attention layer of 8 heads (head size ``model.head_dim``, width 16), skip connection,
+linear readout, no MLP or LayerNorm. The base point is MHA with heads of size 2 on two orders
+of 16 items; the experiment's points vary the head size, the key/value heads (MHA 8, GQA 2,
+MQA 1), the number of orders and the number of items."""
 
 from attnjax import tasks
 from attnjax.experiment import ExperimentConfig, OptimConfig, TrainConfig
@@ -13,7 +14,16 @@ def get_config(variant: str | None = None) -> ExperimentConfig:
     return ExperimentConfig(
         name="mqa_ordering",
         task=tasks.get("head_ordering").config(num_items=16, num_orders=2, num_present=2),
-        model=dict(kind="transformer", width=8, layers=1, heads=8, mlp=False, norms=False),
+        model=dict(
+            kind="transformer",
+            width=16,
+            layers=1,
+            heads=8,
+            head_dim=2,
+            kv_heads=8,
+            mlp=False,
+            norms=False,
+        ),
         optim=OptimConfig(learning_rate=1e-2),
         train=TrainConfig(
             steps=10 if smoke else 3000,

@@ -49,8 +49,8 @@ CLAIMS = tuple(
          "min_of_keys", "refuted", "inconclusive"),
         ("E4", "a large-norm impostor fools dot, not cosine or additive", "impostor", "supported",
          ""),
-        ("E5", "MQA cannot realize two key orderings that MHA can; GQA in between",
-         "mqa_ordering", "refuted", "refuted"),
+        ("E5", "MQA cannot realize two key orderings that MHA can; GQA in between (as worded: "
+         "heads of size 2)", "mqa_ordering", "refuted", "supported"),
         ("E6", "two layers solve MQAR, one does not; flat (solved) in width 64-128, 256 not run",
          "mqar", "inconclusive", "supported"),
         ("E7", "attention's path does not decay with distance; RNNs' does; CNN sees its field",
@@ -61,8 +61,8 @@ CLAIMS = tuple(
          "dk_scaling", "refuted", "refuted"),
         ("S3", "dot is at least as good as general (judged as Luong: LSTM states, unscaled dot, "
          "general from W = I)", "luong_scores", NEW, "refuted"),
-        ("S4", "fixed-scale cosine caps the top weight; a learnable scale removes the cap",
-         "cosine_bound", NEW, ""),
+        ("S4", "fixed-scale cosine caps the top weight; a learnable scale removes the cap "
+         "(judged: learnable from g = 1)", "cosine_bound", NEW, "supported"),
         ("S5", "gradients vanish at both temperature extremes", "temperature", "supported", ""),
         ("S6", "QK-LayerNorm caps the max logit and lowers LR sensitivity", "qk_norm",
          "supported", ""),

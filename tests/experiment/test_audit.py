@@ -69,17 +69,17 @@ def test_points_at_an_edge_of_their_rate_grid_are_flagged(smoke_config):
 
 
 def test_a_committed_record_recomputes_its_verdict_and_is_audited(capsys):
-    """mqa_ordering's rule on its results.csv gives its report's verdict; the CLI prints its
+    """impostor's rule on its results.csv gives its report's verdict; the CLI prints its
     row."""
     from attnjax.experiment import load_file
 
-    experiment = load_file(ROOT / "experiments" / "mqa_ordering.py").get_experiment()
-    rows = read_rows(ROOT / "results" / "mqa_ordering" / "results.csv")
+    experiment = load_file(ROOT / "experiments" / "impostor.py").get_experiment()
+    rows = read_rows(ROOT / "results" / "impostor" / "results.csv")
     verdict = experiment.verdict(summarize(experiment, rows)[0])[0]
-    report = (ROOT / "results" / "mqa_ordering" / "report.md").read_text()
+    report = (ROOT / "results" / "impostor" / "report.md").read_text()
     assert f"verdict {experiment.claim_id}: {verdict}" in report
-    cli.main(["audit", "mqa_ordering", "--root", str(ROOT), "--draws", "20"])
-    row = [line for line in capsys.readouterr().out.splitlines() if "mqa_ordering" in line]
+    cli.main(["audit", "impostor", "--root", str(ROOT), "--draws", "20"])
+    row = [line for line in capsys.readouterr().out.splitlines() if "impostor" in line]
     assert row and f"| {verdict} |" in row[0]
 
 
@@ -200,8 +200,8 @@ def test_a_knife_edge_mean_has_a_margin_under_one_standard_error_the_records_ove
     fragile = smallest(decisive(solved, _summary([0.5] * 5, first_record)))
     assert fragile.margin < 1 and str(fragile).startswith("score=additive")
     margins = {}
-    for name in ("mqa_ordering", "impostor", "copy"):
+    for name in ("impostor", "copy"):
         experiment = load_file(ROOT / "experiments" / f"{name}.py").get_experiment()
         rows = read_rows(ROOT / "results" / name / "results.csv")
         margins[name] = smallest(decisive(experiment.verdict, summarize(experiment, rows)[0]))
-    assert all(margins[n].margin > 2 for n in ("mqa_ordering", "impostor", "copy"))
+    assert all(margins[n].margin > 2 for n in ("impostor", "copy"))

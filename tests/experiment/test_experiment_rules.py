@@ -118,20 +118,3 @@ def test_dk_scaling_measures_unscaled_logit_variance_near_h():
     for score, expected in [("dot", 64), ("scaled_dot", 1)]:
         config = with_overrides(base, {"model.score": score, "model.head_dim": 64})
         assert 0.67 < module.model_init_variance(config) / expected < 1.5
-
-
-def test_mqa_ordering_judges_mqa_gqa_and_the_training_controls():
-    module = _load("mqa_ordering")
-    exp = module.get_experiment(smoke=True)
-    low, high = [0.76] * 5, [1.0] * 5
-
-    def verdict(**points):
-        values = [(getattr(module, k), v) for k, v in points.items()]
-        return exp.verdict(_summary(exp, values, high))[0]
-
-    assert verdict(MQA=low) == "supported"
-    assert verdict(MQA=[0.95] * 5) == "refuted"  # MQA realizes both orders
-    assert verdict(MQA=low, GQA=low) == "refuted"  # key groups do not help
-    assert verdict(MQA=low, GQA=[0.85] * 5) == "inconclusive"  # above MQA, short of solved
-    assert verdict(MQA=low, GQA=low, CONTROL=low) == "inconclusive"  # training not shown
-    assert verdict(MHA=low, MQA=low) == "inconclusive"
