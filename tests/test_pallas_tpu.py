@@ -143,7 +143,8 @@ def test_matches_jax_tpu_flash_attention():
                 q, k, v, key_value_seq_lengths=length, implementation="pallas_tpu", **options
             )
 
-        return jnp.sum(jax.vmap(one)(q, k, v, ids, lengths) * w)
+        per_example = (x[:, None] for x in (q, k, v, ids, lengths))  # a batch of 1 each
+        return jnp.sum(jax.vmap(one)(*per_example)[:, 0] * w)
 
     def theirs(q, k, v):
         heads_first = [jnp.swapaxes(x, 1, 2) for x in (q, k, v)]

@@ -25,7 +25,7 @@ from attnjax.experiment.margins import Traced
 from attnjax.experiment.sweep import Stats
 
 CONFIDENCE = 0.95
-Values = Stats | Sequence[float]
+Values = Stats | Sequence[float] | np.ndarray
 
 
 @functools.cache

@@ -138,7 +138,7 @@ class Experiment:
     points: tuple[Mapping[str, Any], ...]
     metric: str
     verdict: Callable[[Summary], tuple[str, str]]
-    learning_rates: LearningRates | None = None
+    learning_rates: LearningRates | str | None = None  # "auto": rates.AUTO
     higher_is_better: bool = True
     solved_at: float | None = None
     checks: tuple[Check, ...] = ()

@@ -80,10 +80,10 @@ class ActivationCache(Mapping):
     :class:`HookContext`.
     """
 
-    def __init__(self, values: Mapping[str, Array], contexts: Mapping[str, HookContext]):
+    def __init__(self, values: Mapping[str, Any], contexts: Mapping[str, HookContext]):
         self._values, self._contexts = dict(values), dict(contexts)
 
-    def __getitem__(self, key: str | tuple) -> Array:
+    def __getitem__(self, key: str | tuple) -> Any:
         if isinstance(key, str):
             return self._values[key]
         point, layer, *head = key

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from jax._src import config as jax_config  # whether TPU interpret mode is forced
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float, Int, Shaped
 
 from attnjax.call import AttentionCall
 from attnjax.masks import MaskSpec
@@ -286,7 +286,7 @@ def _tile_mask(config, info, q_start, k_start, shape, segments):
     return mask
 
 
-def _lanes(x: Float[Array, "R 128"], width: int) -> Float[Array, "R W"]:
+def _lanes(x: Shaped[Array, "R 128"], width: int) -> Shaped[Array, "R W"]:
     """Lane-replicated row statistics widened (or cut) to ``width`` lanes."""
     if width % LANES == 0:
         return jnp.tile(x, (1, width // LANES))

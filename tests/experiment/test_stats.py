@@ -41,7 +41,7 @@ def test_equivalence_needs_both_one_sided_tests():
     noisy = np.array(VALUES) + np.array([0.3, -0.3, 0.3, -0.3, 0.0])
     assert not stats.equivalent(noisy, VALUES, margin=0.1)  # too noisy to call a tie
     with pytest.raises(ValueError, match="margin"):
-        stats.equivalent(VALUES, OTHER, margin=0)
+        stats.equivalent(VALUES, OTHER, margin=0.0)
 
 
 def test_power_matches_a_simulation():
