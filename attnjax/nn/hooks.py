@@ -267,7 +267,7 @@ class _Session:
         self.rows, self.heads, self.dense = rows, heads, dense
         self.values: dict[str, Array] = {}
         self.contexts: dict[str, HookContext] = {}
-        self.seen: list[str] = []
+        self.seen: dict[str, None] = {}  # the points visited, in order
 
     @contextlib.contextmanager
     def active(self):
@@ -282,8 +282,7 @@ class _Session:
         if path is None:
             return None
         name = f"{path}.{point_name}" if path else point_name
-        if name not in self.seen:
-            self.seen.append(name)
+        self.seen[name] = None
         return name
 
     def replaces(self, name: str) -> bool:
@@ -316,7 +315,9 @@ class _Session:
             return
         for pattern in [names] if isinstance(names, str) else names:
             if not any(fnmatch.fnmatchcase(n, pattern) for n in self.seen):
-                raise ValueError(f"{pattern!r}: matches no hook point; the points: {self.seen}")
+                raise ValueError(
+                    f"{pattern!r}: matches no hook point; the points: {list(self.seen)}"
+                )
 
 
 _ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("hooks", default=None)
