@@ -2,7 +2,7 @@
 head) from the attention patterns of a batch, with TransformerLens's designated keys
 averaged over the queries that have one (TransformerLens averages over every query: a perfect
 induction head on tokens repeated twice scores 1 here, about 0.5 there), and the
-repeated-random-tokens batch that makes induction heads visible."""
+batches of repeated random tokens that make induction heads visible."""
 
 from typing import Any
 
@@ -45,9 +45,19 @@ def repeated_tokens(key: Array, batch_size: int, length: int, vocab_size: int) -
     natural input for induction: each second-half token's earlier occurrence is ``P`` back)."""
     if length > vocab_size:
         raise ValueError(f"length: at most vocab_size={vocab_size} distinct tokens, got {length}")
-    keys = jax.random.split(key, batch_size)
-    half = jax.vmap(lambda k: jax.random.permutation(k, vocab_size)[:length])(keys)
-    return jnp.concatenate([half, half], axis=1).astype(jnp.int32)
+    return periodic_tokens(key, jnp.full((batch_size,), length), 2 * length, vocab_size)
+
+
+def periodic_tokens(
+    key: Array, periods: Int[Array, " B"], length: int, vocab_size: int
+) -> Int[Array, "B T"]:
+    """``[B, T]`` with ``T = length``: sequence ``b`` repeats ``periods[b]`` distinct random
+    tokens (``1 <= periods[b] <= vocab_size``, not checked: the periods may be traced), so
+    ``tokens[b, t] = tokens[b, t - periods[b]]``. :func:`repeated_tokens` is one period, twice."""
+    keys = jax.random.split(key, periods.shape[0])
+    draws = jax.vmap(lambda k: jax.random.permutation(k, vocab_size))(keys)  # [B, V]
+    index = jnp.arange(length)[None] % periods[:, None]
+    return jnp.take_along_axis(draws, index, axis=1).astype(jnp.int32)
 
 
 def detect_heads(model: nnx.Module, batch: Any, **kwargs: Any) -> dict[str, Table]:
