@@ -1,8 +1,15 @@
 """Every test runs with implicit rank promotion as an error, as JAX's own test harness does:
-attnjax broadcasts explicitly, so it works under ``jax.numpy_rank_promotion("raise")``."""
+attnjax broadcasts explicitly, so it works under ``jax.numpy_rank_promotion("raise")``. XLA
+compiles at the fast setting of ``tests/cpu.py``."""
+
+import os
 
 import jax
 import pytest
+
+from tests.cpu import with_fast_compile
+
+os.environ["XLA_FLAGS"] = with_fast_compile(os.environ.get("XLA_FLAGS"))
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ count is fixed when JAX starts), which prints its errors as one JSON line.
 
 import functools
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import attnjax as aj
 from attnjax import mods
 from attnjax.patterns import FULL_PATTERN_MAX_LOGITS, attention_rows
 from attnjax.tiling import BlockSizes
+from tests.cpu import subprocess_env
 
 ROOT = pathlib.Path(__file__).parents[1]
 B, T, S, N, K, H, A = 2, 24, 40, 4, 2, 8, 6
@@ -196,8 +196,7 @@ def test_memory_is_rows_times_keys_at_32k(heads):
 
 
 def test_sequence_parallel_rows_equal_dense_weights():
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}  # fmt: skip
+    env = subprocess_env(4, PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, "-m", "tests.test_patterns"], env=env,
                             capture_output=True, text=True, timeout=600, cwd=ROOT)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

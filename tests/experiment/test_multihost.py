@@ -2,11 +2,12 @@
 one-process run on two devices, bit for bit; only process 0 writes and prints progress; a
 rerun restores the checkpoint across processes."""
 
-import os
 import pathlib
 import socket
 import subprocess
 import sys
+
+from tests.cpu import subprocess_env
 
 ROOT = pathlib.Path(__file__).parents[2]
 CONFIG = str(ROOT / "configs" / "xor_relation.py")
@@ -43,7 +44,7 @@ def _launch(process: int, port: int, out: pathlib.Path, env: dict, how: str) -> 
 
 def _two_processes(out: pathlib.Path, how: str) -> list[tuple[str, str]]:
     """Each process's ``(stdout, stderr)``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": ""}
+    env = subprocess_env(PYTHONPATH=str(ROOT))
     port = _free_port()
     procs = [_launch(i, port, out, env, how) for i in (0, 1)]
     outputs = [p.communicate(timeout=300) for p in procs]
@@ -63,8 +64,7 @@ def _accuracies(stdout: str) -> list[str]:
 
 
 def test_two_processes_equal_one_process_on_two_devices(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}  # fmt: skip
+    env = subprocess_env(2, PYTHONPATH=str(ROOT))
     one = _launch(-1, 0, tmp_path / "one", env, "library")
     stdout, stderr = one.communicate(timeout=300)
     assert one.returncode == 0, stderr

@@ -1,7 +1,6 @@
 """Run folders end to end on the smoke config: files, determinism, resume, vmap, load_run."""
 
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -19,6 +18,7 @@ from attnjax.experiment import Runs, load_run, train_and_evaluate, with_override
 from attnjax.experiment import trainer as streams
 from attnjax.experiment.storage import read_csv, read_jsonl
 from attnjax.experiment.trainer import get_trainer, run_key
+from tests.cpu import subprocess_env
 
 ROOT = pathlib.Path(__file__).parents[2]
 
@@ -237,7 +237,7 @@ def test_sharded_seeds_on_four_devices_match_one_device(reference_run, tmp_path)
         f"c = with_overrides(c, {WITH_DROPOUT!r})\n"
         f"train_and_evaluate(c, {str(tmp_path)!r}, num_seeds=4)\n"
     )
-    env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    env = subprocess_env(4)
     subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=ROOT)
     sharded = {int(r["seed"]): r for r in read_csv(tmp_path / "results.csv")}
     for row in read_csv(reference_run[0] / "results.csv"):

@@ -4,18 +4,18 @@ device count is fixed when JAX starts, so the tests run it in a subprocess); pri
 line ``{"strategy/case": [forward error, gradient error]}``."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
+
+from tests.cpu import subprocess_env
 
 ROOT = pathlib.Path(__file__).parents[2]
 
 
 def errors(devices: int, extended: bool) -> dict[str, list[float]]:
     """The errors from a subprocess with ``devices`` CPU devices."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}  # fmt: skip
+    env = subprocess_env(devices, PYTHONPATH=str(ROOT))
     command = [sys.executable, "-m", "tests.sharded.parity", str(devices)]
     result = subprocess.run(command + ["extended"] * extended, env=env, capture_output=True,
                             text=True, timeout=900, cwd=ROOT)  # fmt: skip

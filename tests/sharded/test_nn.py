@@ -1,7 +1,6 @@
 """Sequence parallelism in NNX: ``MultiHeadAttention(sequence_parallel=...)``, ``ModelConfig``
 and the example that trains a model sharded over 4 devices (subprocesses: 4 CPU devices)."""
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -14,10 +13,10 @@ from flax import nnx
 
 from attnjax.nn import ModelConfig, MultiHeadAttention
 from attnjax.sharded import SequenceParallel
+from tests.cpu import subprocess_env
 
 ROOT = pathlib.Path(__file__).parents[2]
-FOUR = {**os.environ, "PYTHONPATH": str(ROOT),
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}  # fmt: skip
+FOUR = subprocess_env(4, PYTHONPATH=str(ROOT))
 SCRIPT = """
 import dataclasses, jax, numpy as np
 from flax import nnx
