@@ -4,13 +4,15 @@ import pathlib
 import subprocess
 import sys
 
+from tests.cpu import FAST_COMPILE
+
 ROOT = pathlib.Path(__file__).parents[1]
 
 
 def _run(*args: str) -> str:
     result = subprocess.run(
         [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, check=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": ""},
+        env={"PYTHONPATH": str(ROOT), "PATH": "", "XLA_FLAGS": FAST_COMPILE},
     )  # fmt: skip
     return result.stdout
 
@@ -42,3 +44,12 @@ def test_nonfinite_benchmark_prints_its_ratios():
     rows = [line.split("|") for line in printed.splitlines() if line.startswith("| ")]
     assert [(r[1].strip(), r[2].strip()) for r in rows[1:]] == [("xla", "32"), ("chunked", "128")]
     assert all(float(r[5]) > 0 for r in rows[1:])
+
+
+def test_hooks_benchmark_prints_a_ratio_per_call():
+    printed = _run("benchmarks/hooks.py", "--length", "32", "--layers", "1", "--repeats", "1")
+    rows = [line.split("|") for line in printed.splitlines() if line.startswith("| ")]
+    assert [r[1].strip() for r in rows[1:]] == ["xla"] * 5 + ["chunked"] * 5
+    assert all(float(r[4]) > 0 for r in rows[1:])
+    outputs = {r[2].strip(): float(r[5]) for r in rows[1:6]}  # caching more keeps more
+    assert outputs["plain forward"] < outputs["cache *.attention.z"] < outputs["cache every point"]

@@ -159,6 +159,30 @@ def test_identity_hooks_leave_the_output_unchanged(dense):
     np.testing.assert_allclose(summed, clean_out, atol=1e-5)  # the heads summed, then the bias
 
 
+def _program(model, call) -> str:
+    """The jaxpr of the loss ``call(model).sum()`` and its gradient in the parameters."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params):
+        return call(nnx.merge(graphdef, params, rest)).sum()
+
+    return str(jax.make_jaxpr(jax.value_and_grad(loss))(params))
+
+
+@pytest.mark.parametrize("implementation", [None, "chunked"])
+def test_points_nothing_selects_add_no_operation(implementation):
+    """The cost of hooks is only what is selected: a session that selects nothing, or caches
+    a value the forward computes anyway, traces the plain forward's program, forward and
+    backward (benchmarks/hooks.py times the rest)."""
+    model = _model(implementation)
+    plain = _program(model, lambda m: m(CLEAN))
+    assert _program(model, lambda m: ann.run_with_hooks(m, CLEAN, {})) == plain
+    cached = _program(model, lambda m: ann.run_with_cache(m, CLEAN, "*.1.resid_post")[0])
+    assert cached == plain
+    ablated = _program(model, lambda m: ann.run_with_hooks(m, CLEAN, {Z1: lambda z, c: 0 * z}))
+    assert ablated != plain  # the comparison sees a hook
+
+
 def test_interventions_under_jit_vmap_and_grad(dense):
     """A batch of head masks under vmap equals each mask alone; the gradient of a logit with
     respect to a hook point's value (attribution) is causal and matches central differences.
