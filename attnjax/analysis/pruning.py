@@ -15,7 +15,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from attnjax.analysis.diagnostics import entropy, head_similarity
-from attnjax.nn import HeadGate, add_head_gates, capture_attention
+from attnjax.nn import HeadGate, add_head_gates, run_with_cache
 
 LossFn = Callable[[Array, dict], Float[Array, ""]]  # (logits, batch) -> scalar
 
@@ -38,9 +38,10 @@ def set_gates(model: nnx.Module, gates: Float[Array, " heads"]) -> None:
 
 def attention_maps(model: nnx.Module, batch: dict) -> list[Float[Array, "B N T S"]]:
     """The attention weights of every :class:`MultiHeadAttention` layer of ``model`` on
-    ``batch``, in ``nnx.state`` order, from one forward pass
-    (:func:`attnjax.nn.capture_attention`)."""
-    return capture_attention(model, batch)[1]
+    ``batch``, in the order the forward pass visits them (hook point ``pattern``,
+    :func:`attnjax.nn.run_with_cache`)."""
+    _, cache = run_with_cache(model, batch, names=lambda name: name.rpartition(".")[2] == "pattern")
+    return list(cache.values())
 
 
 def gradient_importance(model: nnx.Module, batch: dict, loss_fn: LossFn) -> Float[Array, " heads"]:

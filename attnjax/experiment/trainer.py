@@ -132,16 +132,22 @@ class Trainer:
         self, params: Any, rest: Any, batch: dict, dropout_key: Array | None = None
     ) -> tuple[Array, list[Array], list[Array]]:
         """Logits ``[B, T, C]``, and, when the loss or the diagnostics read them, each layer's
-        attention weights ``[B, N, T, S]`` and their log-sum-exp ``[B, N, T]``. Dropout is
-        applied, with masks drawn from ``dropout_key``, iff a key is given (training);
-        evaluation is deterministic."""
+        attention weights ``[B, N, T, S]`` (hook point ``pattern``) and, for the diagnostics,
+        its attention logits (``logits``, masked keys ``-inf``). Dropout is applied, with masks
+        drawn from ``dropout_key``, iff a key is given (training); evaluation is
+        deterministic."""
         model = nnx.merge(self.graphdef, params, rest)
         call = {}
         if self.config.model.dropout > 0:
             call = {"deterministic": dropout_key is None, "rngs": dropout_key}
         train = self.config.train
-        record = train.diagnostics or train.diversity != "none"
-        return nn.capture_attention(model, batch, record=record, **call)
+        if not (train.diagnostics or train.diversity != "none"):
+            return model(batch, **call), [], []
+        points = ("pattern", "logits") if train.diagnostics else ("pattern",)
+        out, cache = nn.run_with_cache(
+            model, batch, names=lambda name: name.rpartition(".")[2] in points, **call
+        )
+        return out, _per_layer(cache, "pattern"), _per_layer(cache, "logits")
 
     def _loss(self, params: Any, rest: Any, batch: dict, dropout_key: Array) -> Float[Array, ""]:
         train = self.config.train
@@ -193,10 +199,10 @@ class Trainer:
 
     def _eval_one(self, params, rest, seed: Array, split_id: Array) -> dict[str, Array]:
         batch = self.eval_batch(seed, split_id)
-        logits, weights, lse = self._forward(params, rest, batch)
-        metrics = dict(self.task.metrics(logits, batch))
+        outputs, weights, logits = self._forward(params, rest, batch)
+        metrics = dict(self.task.metrics(outputs, batch))
         if self.config.train.diagnostics and weights:
-            metrics |= _diagnostics(weights, lse)
+            metrics |= _diagnostics(weights, logits)
         return metrics
 
     def init(self, runs: Runs) -> tuple[TrainState, Array]:
@@ -262,9 +268,14 @@ def collect(metrics: dict[str, np.ndarray], runs: Runs, **fields) -> list[dict[s
     ]
 
 
-def _diagnostics(weights: list[Array], lse: list[Array]) -> dict[str, Array]:
-    """Attention diagnostics of every layer's weights ``[B, N, T, S]`` and log-sum-exp
-    ``[B, N, T]``, averaged over layers (the max logit: maximum over layers). The effective
+def _per_layer(cache: nn.ActivationCache, point: str) -> list[Array]:
+    """Each attention layer's hook point ``point`` in ``cache``, in the forward's order."""
+    return [cache[name] for name in cache if name.rpartition(".")[2] == point]
+
+
+def _diagnostics(weights: list[Array], logits: list[Array]) -> dict[str, Array]:
+    """Attention diagnostics of every layer's weights and logits ``[B, N, T, S]`` (masked
+    keys ``-inf``), averaged over layers (the max logit: maximum over layers). The effective
     rank is that of each example's head-averaged map ``[T, S]``."""
 
     def mean(per_layer):
@@ -276,7 +287,5 @@ def _diagnostics(weights: list[Array], lse: list[Array]) -> dict[str, Array]:
         "attention_jacobian_norm": mean(lambda w: analysis.softmax_jacobian_norm(w).mean()),
         "attention_effective_rank": mean(lambda w: analysis.effective_rank(w.mean(axis=1)).mean()),
         "head_similarity": mean(analysis.cosine_diversity_penalty),
-        "attention_max_logit": jnp.max(
-            jnp.stack([analysis.max_logit_from_softmax(*x) for x in zip(weights, lse, strict=True)])
-        ),
+        "attention_max_logit": jnp.max(jnp.stack([jnp.max(z) for z in logits])),
     }

@@ -243,17 +243,22 @@ class _Patterns:
                 return session.visit(module, name, x, batch)
 
             return dense_attention(query, key, value, call, hook=hook)
+        # the full pattern on the dense path: the weights it forms, not a recomputation
+        formed = implementation in (None, "xla") and session.rows is None and session.heads is None
         out, *extras = attention(
-            q, k, v, return_weights=dense, return_lse=True, implementation=implementation,
-            block_mask=block_mask, **common,
+            q, k, v, return_weights=dense or formed, return_lse=True,
+            implementation=implementation, block_mask=block_mask, **common,
         )  # fmt: skip
         lse = extras[-1]
         for name, rows_of in (("logits", logit_rows), ("pattern", attention_rows)):
             args = (q, k, lse) if name == "pattern" else (q, k)
             if session.wants(session.name(module, name)):
-                value = rows_of(
-                    *args, session.rows, heads=session.heads, block_mask=block_mask, **common
-                )
+                if name == "pattern" and formed:
+                    value = extras[0]
+                else:
+                    value = rows_of(
+                        *args, session.rows, heads=session.heads, block_mask=block_mask, **common
+                    )
                 session.visit(module, name, value, batch)
         return (out, extras[0], lse) if dense else (out, None, None)
 
