@@ -18,8 +18,9 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 from scipy import stats
+
+from attnjax.inspect.figures import pattern_grid
 
 
 def mean_ci95(values: Sequence[float | np.floating]) -> tuple[float, float]:
@@ -140,25 +141,9 @@ def distinct_colours(n: int) -> list[Any]:
 
 
 def plot_attention(maps: Sequence[Any], path: Path, title: str, smoke: bool = False) -> Figure:
-    """Heatmaps of the first example's attention weights, one per layer and head
-    (``maps``: per layer ``[B, N, T, S]``)."""
-    heads = max(m.shape[1] for m in maps)
-    figsize = (max(2.6 * heads + 1.4, 4.5), 2.6 * len(maps) + 0.6)
-    fig, axes = new_figure(len(maps), heads, squeeze=False, figsize=figsize)
-    for layer, weights in enumerate(maps):
-        for head in range(heads):
-            ax = axes[layer, head]
-            if head >= weights.shape[1]:
-                ax.axis("off")
-                continue
-            image = ax.imshow(np.asarray(weights[0, head]), cmap="viridis", vmin=0, vmax=1)
-            ax.set_title(f"layer {layer} head {head}", fontsize=9)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        axes[layer, 0].set_ylabel("query position")
-    for ax in axes[-1]:
-        ax.set_xlabel("key position")
-    fig.colorbar(image, ax=axes, label="attention weight", shrink=min(1.0, 0.4 + 0.3 * len(maps)))
+    """Heatmaps of the first example's attention weights, one per layer and head (``maps``:
+    per layer ``[B, N, T, S]``; :func:`attnjax.inspect.pattern_grid`)."""
+    fig = pattern_grid(np.stack([np.asarray(weights[0]) for weights in maps]))
     save_figure(fig, path, title, smoke)
     return fig
 

@@ -5,7 +5,7 @@ pyplot state, constrained layout); the caller saves it (``fig.savefig(path)``)."
 from collections.abc import Sequence
 
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import ArrayLike, Float
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -35,7 +35,7 @@ def table_figure(table: Table, title: str | None = None) -> Figure:
 
 
 def pattern_grid(
-    patterns: Float[Array, "L N T S"],
+    patterns: Float[ArrayLike, "L N T S"],
     tokens: Sequence[str] | None = None,
     title: str | None = None,
 ) -> Figure:
@@ -44,10 +44,10 @@ def pattern_grid(
     ``tokens``: labels of the positions (short strings), else their indices."""
     weights = np.asarray(patterns, float)
     layers, heads, length, keys = weights.shape
-    fig = Figure(figsize=(2.2 * heads + 1.2, 2.2 * layers + 0.8), layout="constrained")
+    fig = Figure(figsize=(max(2.6 * heads + 1.4, 4.5), 2.6 * layers + 0.6), layout="constrained")
     axes = fig.subplots(layers, heads, squeeze=False)
     for (layer, head), ax in np.ndenumerate(axes):
-        image = ax.imshow(weights[layer, head], cmap="viridis", vmin=0, vmax=1)
+        image = ax.imshow(weights[layer, head], cmap="viridis", vmin=0, vmax=1, aspect="auto")
         ax.set_title(f"layer {layer} head {head}", fontsize=8)
         if tokens is None:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
