@@ -41,7 +41,13 @@ class PatchingTable(Table):
 
 
 def patch_heads(
-    model: nnx.Module, clean: Any, corrupted: Any, metric: Metric, point: str = "attention.z"
+    model: nnx.Module,
+    clean: Any,
+    corrupted: Any,
+    metric: Metric,
+    point: str = "attention.z",
+    *,
+    dense: bool = False,
 ) -> PatchingTable:
     """Patch each (layer, head) of ``point`` (a point with a head axis: ``"attention.z"``,
     ``"attention.q"``, ``"attention.pattern"``, ...) from the ``clean`` run into the
@@ -50,21 +56,29 @@ def patch_heads(
     ``metric(output, batch) -> scalar`` always receives the clean batch (the behaviour the
     patch restores: close over the corrupted batch if it needs it). The two batches have the
     same shapes. One ``jax.jit`` computes the whole table, each layer's heads under one
-    ``jax.vmap``: ``[L, N]``.
+    ``jax.vmap``: ``[L, N]``. ``dense``: as in :func:`~attnjax.nn.run_with_hooks`, needed to
+    patch ``logits`` or ``pattern`` of layers on a tiled path (they then run on the dense
+    path).
     """
-    return _sweep(model, clean, corrupted, metric, point, "head")
+    return _sweep(model, clean, corrupted, metric, point, "head", dense)
 
 
 def patch_positions(
-    model: nnx.Module, clean: Any, corrupted: Any, metric: Metric, point: str = "resid_pre"
+    model: nnx.Module,
+    clean: Any,
+    corrupted: Any,
+    metric: Metric,
+    point: str = "resid_pre",
+    *,
+    dense: bool = False,
 ) -> PatchingTable:
     """Patch each (layer, position) of ``point`` (default: the residual stream entering each
     block, TransformerLens's ``resid_pre`` sweep) from ``clean`` into ``corrupted``, alone
     (all batch rows at once): ``[L, T]``. As :func:`patch_heads` otherwise."""
-    return _sweep(model, clean, corrupted, metric, point, "position")
+    return _sweep(model, clean, corrupted, metric, point, "position", dense)
 
 
-def _sweep(model, clean, corrupted, metric, point, over) -> PatchingTable:
+def _sweep(model, clean, corrupted, metric, point, over, dense) -> PatchingTable:
     shapes = [jax.tree.map(jnp.shape, b) for b in (clean, corrupted)]
     if shapes[0] != shapes[1]:
         raise ValueError(
@@ -83,7 +97,7 @@ def _sweep(model, clean, corrupted, metric, point, over) -> PatchingTable:
         def patched(name, index):
             chosen = (jnp.arange(shape[axis]) == index).reshape(mask_shape)
             hook = {name: lambda value, context: jnp.where(chosen, cache[name], value)}
-            return metric(run_with_hooks(model, corrupted, hook), clean)
+            return metric(run_with_hooks(model, corrupted, hook, dense=dense), clean)
 
         cells = jnp.arange(shape[axis])
         raw = jnp.stack([jax.vmap(functools.partial(patched, name))(cells) for name in names])

@@ -77,7 +77,8 @@ class ActivationCache(Mapping):
     ``cache[name]``; ``cache[point, layer]`` and ``cache[point, layer, head]`` (``point`` as
     in :class:`HookContext`, ``head`` an index or a list of indices along the head axis);
     :meth:`stack` gives a point across layers ``[L, ...]``; :meth:`context` a name's
-    :class:`HookContext`.
+    :class:`HookContext`. Where two stacks of layers share a point and an index (an encoder's
+    and a decoder's), indexing by layer is a ``KeyError`` naming them: index by name.
     """
 
     def __init__(self, values: Mapping[str, Any], contexts: Mapping[str, HookContext]):
@@ -88,8 +89,9 @@ class ActivationCache(Mapping):
             return self._values[key]
         point, layer, *head = key
         names = [n for n, c in self._contexts.items() if (c.point, c.layer) == (point, layer)]
-        if not names:
-            raise KeyError(f"no cached {point!r} at layer {layer}; cached: {sorted(self)}")
+        if len(names) != 1:
+            found = f"several: {names}; index by name" if names else f"cached: {sorted(self)}"
+            raise KeyError(f"{len(names) or 'no'} cached {point!r} at layer {layer}; {found}")
         value, context = self._values[names[0]], self._contexts[names[0]]
         if not head:
             return value
@@ -115,6 +117,10 @@ class ActivationCache(Mapping):
         )
         if not found:
             raise KeyError(f"no cached {point!r} in any layer; cached: {sorted(self)}")
+        layers = [layer for layer, _ in found]
+        if len(set(layers)) < len(layers):
+            names = [n for _, n in found]
+            raise KeyError(f"{point!r}: several stacks of layers ({names}); stack by name")
         return jnp.stack([self._values[n] for _, n in found])
 
     def tree_flatten(self):

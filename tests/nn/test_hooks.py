@@ -15,7 +15,7 @@ from flax import nnx
 import attnjax.nn as ann
 from attnjax import mods
 from attnjax.masks import block_mask
-from attnjax.nn.hooks import AXES
+from attnjax.nn.hooks import AXES, _context
 from attnjax.patterns import FULL_PATTERN_MAX_LOGITS
 
 B, T, V, C = 4, 6, 5, 3  # tests/nn/test_models.py's shapes
@@ -296,3 +296,18 @@ def test_errors():
         ann.run_with_hooks(model, CLEAN, {"*.hook_z": lambda v, c: v})
     with pytest.raises(ValueError, match="returned shape"):
         ann.run_with_hooks(model, CLEAN, {"*.z": lambda v, c: v[..., 0]})
+
+
+def test_two_stacks_sharing_a_layer_index_are_indexed_by_name():
+    names = ["encoder.blocks.0.attention.z", "decoder.blocks.0.attention.z"]
+    cache = ann.ActivationCache(
+        {n: jnp.full((1, 2, 3, 4), i) for i, n in enumerate(names)},
+        {n: _context(n, "z") for n in names},
+    )
+    assert int(cache[names[1]][0, 0, 0, 0]) == 1
+    with pytest.raises(KeyError, match=r"several.*index by name"):
+        cache["attention.z", 0]
+    with pytest.raises(KeyError, match="several stacks of layers"):
+        cache.stack("attention.z")
+    with pytest.raises(KeyError, match=r"no cached .attention\.z. at layer 1"):
+        cache["attention.z", 1]

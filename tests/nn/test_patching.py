@@ -62,6 +62,17 @@ def test_head_effects_of_a_linear_model_equal_the_direct_computation():
     assert np.ptp(np.asarray(table.values)) > 0.05  # the heads differ
 
 
+def test_patterns_of_a_tiled_model_patch_on_the_dense_path_when_asked():
+    table = ai.patch_heads(_model(), CLEAN, CORRUPT, last_logits, point="attention.pattern")
+    with pytest.raises(ValueError, match="Pass dense=True"):
+        ai.patch_heads(_model("chunked"), CLEAN, CORRUPT, last_logits, point="attention.pattern")
+    tiled = ai.patch_heads(
+        _model("chunked"), CLEAN, CORRUPT, last_logits, point="attention.pattern", dense=True
+    )
+    np.testing.assert_allclose(tiled.raw, table.raw, atol=1e-5)
+    assert np.ptp(np.asarray(table.values)) > 0.05
+
+
 def test_bad_batches_and_points_are_refused():
     with pytest.raises(ValueError, match="corrupted: expected the clean batch's shapes"):
         ai.patch_heads(_model(), CLEAN, {"inputs": CLEAN["inputs"][:, :3]}, last_logits)
