@@ -13,7 +13,8 @@ def test_readme_python_examples_run():
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
     out = ("out", (2, 128, 8, 64))
     logits = ("logits", (8, 16, 10))
-    expected = [out, out, out, ("out", (2, 16, 64)), logits, logits]
+    patterns = ("patterns", (2, 8, 4, 16, 16))
+    expected = [out, out, out, ("out", (2, 16, 64)), logits, logits, patterns]
     assert len(blocks) == len(expected)
     namespace = {}  # the blocks build on each other, as a reader runs them
     for block, (name, shape) in zip(blocks, expected, strict=True):
