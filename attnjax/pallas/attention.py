@@ -74,7 +74,7 @@ def pallas_attention(
 
     temperature = as_4d(call.temperature)
     if additive:
-        q, k, w = _fold_additive(query, key, call.score_params, temperature, num_heads)
+        q, k, w = fold_additive(query, key, call.score_params, temperature, num_heads)
         value = jnp.repeat(value, num_heads // value.shape[2], axis=2)  # k' has N heads
     else:
         q, k = fold_dot(call.score_name, query, key, call.score_params, temperature)
@@ -178,8 +178,9 @@ def fold_dot(score_name, query, key, params, temperature):
     return q.astype(query.dtype), k.astype(key.dtype)
 
 
-def _fold_additive(query, key, params, temperature, num_heads):
-    """``(q W_q + b [B, T, N, A], k W_k [B, S, N, A], v / temperature [B, N, A])``."""
+def fold_additive(query, key, params, temperature, num_heads):
+    """``(q W_q + b [B, T, N, A], k W_k [B, S, N, A], v / temperature [B, N, A])``, with
+    ``score(q, k) / temperature == w · act(q' + k')``: ``k'`` has one row per query head."""
 
     def per_head(x, trailing):
         x = jnp.asarray(x, jnp.float32)
@@ -194,7 +195,7 @@ def _fold_additive(query, key, params, temperature, num_heads):
     k = jnp.einsum("bsnh,nha->bsna", key, per_head(params["w_k"], 2))
     w = per_head(params["v"], 1)[None] / (1.0 if temperature is None else temperature[:, :, :, 0])
     w = jnp.broadcast_to(w, (query.shape[0], num_heads, w.shape[-1]))
-    return q.astype(query.dtype), k.astype(query.dtype), w
+    return q, k, w
 
 
 def mask_inputs(spec: MaskSpec, batch, num_queries, num_keys, tq, ts):

@@ -77,7 +77,9 @@ class Dot:
 
 @dataclasses.dataclass(frozen=True)
 class Additive:
-    """``logits[t, s] = Σ_a w[a] · act(q[t, a] + k[s, a])`` with ``act`` tanh or relu."""
+    """``logits[t, s] = Σ_a w[a] · act(q[t, a] + k[s, a])`` with ``act`` tanh or relu, on
+    tiles ``q [bq, A]``, ``k [bk, A]`` and ``w [A]`` (Triton) or ``[1, A]`` (Mosaic TPU: 2-D
+    vectors); ``[bq, bk, A]`` only on chip, in float32. Shared by both kernel families."""
 
     activation: str = "tanh"
 
@@ -90,18 +92,25 @@ class Additive:
 
     def logits(self, q, k, w):
         h, _ = self._hidden(q, k)
-        return jnp.sum(h * w.astype(jnp.float32)[None, None, :], axis=-1)
+        return jnp.sum(h * _hidden_weights(w), axis=-1)
 
     def _grad_pre(self, ds, q, k, w):
         h, slope = self._hidden(q, k)
-        return h, ds[:, :, None] * w.astype(jnp.float32)[None, None, :] * slope
+        return h, ds[:, :, None] * _hidden_weights(w) * slope
 
     def grad_q(self, ds, q, k, w):
         return jnp.sum(self._grad_pre(ds, q, k, w)[1], axis=1)
 
     def grad_k_w(self, ds, q, k, w):
+        """``(dk [bk, A], dw)`` with ``dw`` shaped as ``w``."""
         h, d_pre = self._grad_pre(ds, q, k, w)
-        return jnp.sum(d_pre, axis=0), jnp.sum(ds[:, :, None] * h, axis=(0, 1))
+        dw = jnp.sum(jnp.sum(ds[:, :, None] * h, axis=0), axis=0, keepdims=True)
+        return jnp.sum(d_pre, axis=0), dw.reshape(w.shape)
+
+
+def _hidden_weights(w: Array) -> Array:
+    """The score vector ``w [A]`` or ``[1, A]`` as ``[1, 1, A]`` float32."""
+    return w.astype(jnp.float32).reshape(1, 1, w.shape[-1])
 
 
 @dataclasses.dataclass(frozen=True)
