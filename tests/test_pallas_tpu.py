@@ -28,6 +28,17 @@ TWO_CORES = dataclasses.replace(CHECKED, num_cores_or_threads=2)
 INTERPRETER = jax._src.pallas.mosaic.interpret.interpret_pallas_call
 
 
+def _additive_params(seed, heads, head_dim, hidden):
+    """``W_q`` per head, ``W_k`` shared, ``v`` and ``b``: every additive parameter."""
+    ks = jax.random.split(jax.random.key(seed), 4)
+    return {
+        "w_q": jax.random.normal(ks[0], (heads, head_dim, hidden)) * head_dim**-0.5,
+        "w_k": jax.random.normal(ks[1], (head_dim, hidden)) * head_dim**-0.5,
+        "v": jax.random.normal(ks[2], (hidden,)),
+        "b": jax.random.normal(ks[3], (hidden,)),
+    }
+
+
 def runs_kernels(count):
     """Mark a test that runs ``count`` kernels (each records its own race state)."""
 
@@ -111,6 +122,52 @@ def test_bfloat16_cosine_gqa_window_skips_tiles():
     assert np.all(np.asarray(grads[0][:, 190:]) == 0)
 
 
+@runs_kernels(3)
+def test_additive_gqa_causal_offset_lengths_temperature():
+    """The additive score (``A = 16``, padded to 128 lanes) with gradients of ``W_q``, ``W_k``,
+    ``b``, ``v`` and a per-head temperature; 2 query heads over 1 K/V head; 200 queries (not
+    a multiple of the 16-row tile), offset 5 (query tiles from 8 on see key tile 0 whole:
+    every kernel runs its unmasked step), batch 0 sees 150 keys."""
+    q, k, v = qkv(7, B, T, S, N, K, H)
+    diff = {
+        "score_params": _additive_params(7, N, H, 16),
+        "temperature": jnp.array([0.5, 2.0])[:, None, None],
+    }
+    assert_matches(
+        "pallas_tpu",
+        q,
+        k,
+        v,
+        diff,
+        score="additive",
+        is_causal=True,
+        causal_offset=jnp.asarray(5),
+        key_value_seq_lengths=jnp.array([150, S], jnp.int32),
+    )
+
+
+@runs_kernels(3)
+def test_bfloat16_additive_relu_segments():
+    """``additive_relu`` on bfloat16 inputs (``q'``, ``k'`` in bfloat16, the ``[bq, bk, A]``
+    tile in float32), causal with segment ids whose boundary falls inside a query tile; 40
+    queries over 3 tiles of 16, 100 keys in one padded tile."""
+    q, k, v = qkv(8, 1, 40, 100, 2, 1, 8, jnp.bfloat16)
+    ids = jnp.arange(100)[None] // 20
+    diff = {"score_params": _additive_params(8, 2, 8, 8)}
+    out, _, grads = assert_matches(
+        "pallas_tpu",
+        q,
+        k,
+        v,
+        diff,
+        score="additive_relu",
+        is_causal=True,
+        q_segment_ids=ids[:, :40],
+        kv_segment_ids=ids,
+    )
+    assert out.dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in grads[:3])
+
+
 @runs_kernels(1)
 def test_rows_past_query_length_give_zeros_whatever_they_hold():
     """Rows past the query length give output 0 and lse -inf, as on the dense and chunked
@@ -162,18 +219,28 @@ def test_matches_jax_tpu_flash_attention():
 
 
 @pytest.mark.parametrize(
-    "dtype, options",
+    "dtype, options, diff",
     [
-        (jnp.float32, {"is_causal": True, "q_segment_ids": IDS, "kv_segment_ids": IDS}),
-        (jnp.bfloat16, {"local_window_size": (64, 0), "key_value_seq_lengths": jnp.array([200])}),
+        (jnp.float32, {"is_causal": True, "q_segment_ids": IDS, "kv_segment_ids": IDS}, {}),
+        (
+            jnp.bfloat16,
+            {"local_window_size": (64, 0), "key_value_seq_lengths": jnp.array([200])},
+            {},
+        ),
+        (
+            jnp.float32,
+            {"is_causal": True, "score": "additive"},
+            {"score_params": _additive_params(4, 4, H, 16), "temperature": jnp.asarray(2.0)},
+        ),
     ],
 )
-def test_lowers_for_tpu(dtype, options):
+def test_lowers_for_tpu(dtype, options, diff):
     """``attention(..., implementation="pallas_tpu")`` exported for TPU on this CPU machine:
-    forward, dK/dV and dQ are Mosaic custom calls (the interpreter's branch is dropped)."""
+    forward, dK/dV and dQ are Mosaic custom calls (the interpreter's branch is dropped),
+    gradients of the additive score's parameters included."""
     q, k, v = qkv(4, 1, 256, 256, 4, 2, H, dtype)
 
-    def loss(q, k, v):
+    def loss(q, k, v, diff):
         out, lse = aj.attention(
             q,
             k,
@@ -182,6 +249,7 @@ def test_lowers_for_tpu(dtype, options):
             implementation="pallas_tpu",
             return_lse=True,
             **options,
+            **diff,
         )
         return jnp.sum(out.astype(jnp.float32)) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0))
 
@@ -189,16 +257,16 @@ def test_lowers_for_tpu(dtype, options):
     tpu = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu")
     mesh = jax.sharding.AbstractMesh((), (), abstract_device=tpu)
     with pltpu.force_tpu_interpret_mode(None), jax.sharding.use_abstract_mesh(mesh):
-        exported = jax.export.export(jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=["tpu"])
-        text = exported(q, k, v).mlir_module()
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+        exported = jax.export.export(grad, platforms=["tpu"])
+        text = exported(q, k, v, diff).mlir_module()
     assert text.count("tpu_custom_call") == 3
 
 
 def test_refuses_what_it_cannot_run():
     q, k, v = qkv(5, 1, 16, 16, 2, 2, 8)
-    params = {"w_q": jnp.ones((8, 4)), "w_k": jnp.ones((8, 4)), "v": jnp.ones((4,))}
     refused = {
-        "score: implementation='pallas_tpu'": {"score": "additive", "score_params": params},
+        "score: implementation='pallas_tpu'": {"score": lambda q, k, p: q @ k.mT},
         "bias: implementation='pallas_tpu'": {"bias": jnp.ones((16, 16))},
         "mask_mod: implementation='pallas_tpu'": {"mask_mod": lambda b, h, q, k, p: q >= k},
         "score_mod: implementation='pallas_tpu'": {"score_mod": lambda s, b, h, q, k, p: s},

@@ -1,10 +1,12 @@
 """``implementation="pallas_tpu"``: a Mosaic TPU flash kernel (forward, dK/dV and dQ).
 
 It shares the Triton path's preparation (:mod:`attnjax.pallas.attention`: dot-family scores
-and the temperature folded into ``q'`` and ``k'``, the per-batch ``info`` row of causal offset
-and lengths) and its tile ranges (:func:`attnjax.pallas.flash.key_blocks` and
-``query_blocks``: the causal/window bounds of :class:`attnjax.masks.MaskSpec` and the
-lengths). What is TPU-shaped:
+and the temperature folded into ``q'`` and ``k'``, additive scores into ``q' = q W_q + b``,
+``k' = k W_k`` and ``w = v / temperature``, the per-batch ``info`` row of causal offset and
+lengths), its tile scores (:class:`attnjax.pallas.flash.Additive`: a tile's logits and their
+gradients, ``[bq, bk, A]`` only on chip) and its tile ranges
+(:func:`attnjax.pallas.flash.key_blocks` and ``query_blocks``: the causal/window bounds of
+:class:`attnjax.masks.MaskSpec` and the lengths). What is TPU-shaped:
 
 - Layout ``[B, N, T, D]``: the last two dimensions of a block must be multiples of the
   (8, 128) float32 / (16, 128) bfloat16 tile, so heads move out of them. Head dimensions are
@@ -15,7 +17,12 @@ lengths). What is TPU-shaped:
   the index maps clamp a skipped block to a visited one, so a skipped tile costs neither
   compute nor DMA. Tile masks use 2-D iotas (Mosaic's vectors are 2-D).
 - GQA: K/V index maps read head ``n // G``; the dK/dV grid runs over K/V heads and sums the
-  ``G`` query heads of its group in VMEM (no repeat in HBM, no per-query-head dK).
+  ``G`` query heads of its group in VMEM (no repeat in HBM, no per-query-head dK). Additive
+  scores have one ``k'`` per query head, so V is repeated to ``N`` heads (as for Triton).
+- Additive: the hidden size ``A`` is padded with zeros to 128 lanes (a padded unit adds
+  ``w · act(0) = 0``), ``w`` travels as ``[B, N, 1, A]``; 16 x 128 tiles by default keep the
+  float32 ``[bq, bk, A]`` array at 1 MiB of VMEM for ``A <= 128``. Each dK/dV program writes
+  its key block's share of ``dw`` (summed outside: the key-block axis is parallel).
 - float32 or bfloat16 inputs (float16 and float64 are refused: Mosaic's support for them
   depends on the chip). Matmuls accumulate in float32 (``preferred_element_type``), softmax
   in float32. Float32 matmuls run at ``HIGHEST`` precision, while JAX's TPU flash and splash
@@ -29,8 +36,8 @@ The platform the call is lowered for picks the Mosaic kernel (TPU) or Pallas' in
 on a CPU holds the Mosaic kernel. On a GPU the call is refused (:func:`platform_interpret`):
 the interpreter there would be orders of magnitude slower than ``"pallas"`` or ``"chunked"``.
 The CPU tests run JAX's TPU interpret mode instead (``pltpu.force_tpu_interpret_mode``: simulated
-HBM, VMEM and DMAs, race detection). Scores other than the dot family, dense masks, bias,
-mods and block masks are refused (:func:`unsupported`): use ``"chunked"``.
+HBM, VMEM and DMAs, race detection). Callable scores, dense masks, bias, mods and block
+masks are refused (:func:`unsupported`): use ``"chunked"``.
 """
 
 import dataclasses
@@ -47,7 +54,7 @@ from jaxtyping import Array, Float, Int, Shaped
 from attnjax.call import AttentionCall
 from attnjax.masks import MaskSpec
 from attnjax.pallas import attention as triton_path
-from attnjax.pallas.flash import dot, key_blocks, query_blocks
+from attnjax.pallas.flash import Additive, Dot, dot, key_blocks, query_blocks
 from attnjax.softmax import MASK_VALUE, RowStats, online_finish, online_step, recomputed_probs
 from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 
@@ -56,13 +63,30 @@ LANES, SUBLANES = 128, 8
 # JAX's TPU flash attention (jax.experimental.pallas.ops.tpu.flash_attention,
 # BlockSizes.get_default): 128 x 128 tiles for the forward and both backward kernels.
 DEFAULT_BLOCKS = BlockSizes(block_q=128, block_k=128)
+# Additive tiles form [block_q, block_k, A] float32 on chip (A padded to 128 lanes): 16 x 128
+# (the smallest legal bfloat16 tile) keeps each such array at 1 MiB of VMEM for A <= 128.
+DEFAULT_ADDITIVE_BLOCKS = BlockSizes(block_q=16, block_k=128)
 DTYPES = (jnp.float32, jnp.bfloat16)
+
+
+class TransposedDot(Dot):
+    """The dot tile score (:class:`~attnjax.pallas.flash.Dot`) with ``dK = dSᵀ q`` from an
+    explicitly transposed tile, as JAX's TPU flash kernel computes it."""
+
+    @staticmethod
+    def grad_k_w(ds, q, k, w):
+        del k, w
+        return dot(ds.T.astype(q.dtype), q, (1, 0)), None
+
+
+TRANSPOSED_DOT = TransposedDot()
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Static settings of one kernel call (the fields :func:`key_blocks` reads, and more)."""
 
+    tile_score: TransposedDot | Additive  # the score of a tile and its gradients
     blocks: BlockSizes
     is_causal: bool
     window: tuple[int, int] | None
@@ -98,10 +122,20 @@ def tpu_attention(
     interpret = platform_interpret(interpret, jax.default_backend(), forced)
     batch, num_queries, num_heads, _ = query.shape
     num_keys, num_kv = key.shape[1], key.shape[2]
-    blocks = _blocks(call.blocks(None), query.dtype, num_queries, num_keys)
+    tile_score = triton_path.TILE_SCORES[call.score_name]
+    additive = isinstance(tile_score, Additive)
+    default = DEFAULT_ADDITIVE_BLOCKS if additive else DEFAULT_BLOCKS
+    blocks = _blocks(call.blocks(default), query.dtype, num_queries, num_keys)
     tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
     temperature = as_4d(call.temperature)
-    q, k = triton_path.fold_dot(call.score_name, query, key, call.score_params, temperature)
+    w = None
+    if additive:  # k' = k W_k per query head: V repeated to N heads, as on the Triton path
+        q, k, w = triton_path.fold_additive(query, key, call.score_params, temperature, num_heads)
+        value = jnp.repeat(value, num_heads // num_kv, axis=2)
+        w = _lanes_last(w[:, None], 1)  # [B, N, 1, A padded to lanes]
+    else:
+        tile_score = TRANSPOSED_DOT
+        q, k = triton_path.fold_dot(call.score_name, query, key, call.score_params, temperature)
     q, k, v = (_lanes_last(x, n) for x, n in ((q, tq), (k, ts), (value, ts)))
     spec = call.mask_spec
     info, segments = triton_path.mask_inputs(spec, batch, num_queries, num_keys, tq, ts)
@@ -111,9 +145,11 @@ def tpu_attention(
             jnp.broadcast_to(q_seg[:, :, None], (*q_seg.shape, LANES)),
             jnp.broadcast_to(k_seg[:, None, :], (batch, SUBLANES, ts)),
         )
-    groups = num_heads // num_kv
-    config = Config(blocks, spec.is_causal, spec.window, groups, interpret, segments is not None)
-    out, lse = flash(config, q, k, v, info, segments)
+    groups = num_heads // k.shape[1]
+    config = Config(
+        tile_score, blocks, spec.is_causal, spec.window, groups, interpret, segments is not None
+    )
+    out, lse = flash(config, q, k, v, w, info, segments)
     out = jnp.swapaxes(out[:, :, :num_queries, : value.shape[-1]], 1, 2)
     return out.astype(query.dtype), None, lse[:, :, :num_queries]
 
@@ -137,18 +173,16 @@ def unsupported(call: AttentionCall) -> str | None:
     if reason is not None:
         return reason
     refused = {
-        "score": call.score_hidden is not None,
         "score_mod": call.score_mod is not None,
         "mask_mod": call.mask_mod is not None,
         "block_mask": call.block_mask is not None,
     }
     for name, refuse in refused.items():
         if refuse:
-            what = repr(call.score_name) if name == "score" else "given"
             return (
-                f"{name}: implementation={NAME!r} does not take it yet ({what}; it takes the "
-                "dot-family scores, causal with offset, windows, lengths and segment ids); use "
-                "implementation='chunked'"
+                f"{name}: implementation={NAME!r} does not take it yet (given; it takes the "
+                "dot-family and additive scores, causal with offset, windows, lengths and "
+                "segment ids); use implementation='chunked'"
             )
     return None
 
@@ -157,7 +191,6 @@ def _blocks(blocks, dtype, num_queries, num_keys) -> BlockSizes:
     """Checked tiles: ``block_q`` a multiple of the sublane tile (8 for float32, 16 for
     bfloat16), ``block_k`` of 128 lanes; clamped to the lengths rounded up to them."""
     sublanes = SUBLANES * 4 // jnp.dtype(dtype).itemsize
-    blocks = blocks or DEFAULT_BLOCKS
     for name, multiple in (("block_q", sublanes), ("block_k", LANES)):
         if getattr(blocks, name) % multiple:
             raise ValueError(
@@ -199,8 +232,9 @@ def _clamp(index, ranges, num_blocks):
 
 
 def _specs(config, shapes, rows_at, keys_at, q_block, k_block):
-    """BlockSpecs of q, k, v, dO (``"do"``), row statistics (``"row"``) and segment ids for
-    a grid whose index maps ``rows_at`` and ``keys_at`` give ``(b, head, block)``;
+    """BlockSpecs of q, k, v, dO (``"do"``), row statistics (``"row"``), the additive score
+    vector ``w [1, D]`` and segment ids for a grid whose index maps ``rows_at`` and
+    ``keys_at`` give ``(b, head, block)``;
     ``q_block`` and ``k_block`` give the blocks alone (segment ids have no head axis)."""
     (d, hv), (bq, bk) = shapes, (config.blocks.block_q, config.blocks.block_k)
 
@@ -213,6 +247,7 @@ def _specs(config, shapes, rows_at, keys_at, q_block, k_block):
         "v": pl.BlockSpec((None, None, bk, hv), at(keys_at)),
         "do": pl.BlockSpec((None, None, bq, hv), at(rows_at)),
         "row": pl.BlockSpec((None, None, bq, LANES), at(rows_at)),
+        "w": pl.BlockSpec((None, None, 1, d), lambda *grid: (*rows_at(*grid)[:2], 0, 0)),
         "q_seg": pl.BlockSpec((None, bq, LANES), lambda *grid: (grid[0], q_block(*grid), 0)),
         "k_seg": pl.BlockSpec((None, SUBLANES, bk), lambda *grid: (grid[0], 0, k_block(*grid))),
     }
@@ -257,9 +292,19 @@ def _key_grid(config, shapes, num_q_blocks):
     )
 
 
-def _segment_refs(config, refs):
-    """``(segment id refs or None, the other refs)`` of a kernel's refs after the fixed ones."""
-    return (refs[:2], refs[2:]) if config.segments else (None, refs)
+def _optional_refs(config, refs):
+    """``(score vector w or None, segment id refs or None, the other refs)`` of a kernel's
+    refs after the fixed ones (the order of :func:`_optional_inputs`)."""
+    refs = list(refs)
+    w = refs.pop(0)[...] if isinstance(config.tile_score, Additive) else None
+    segments = (refs.pop(0), refs.pop(0)) if config.segments else None
+    return w, segments, refs
+
+
+def _optional_inputs(specs, w, segments):
+    """The optional inputs (score vector, segment ids) and their specs."""
+    names = ["w"] * (w is not None) + ["q_seg", "k_seg"] * (segments is not None)
+    return [x for x in (w, *(segments or ())) if x is not None], [specs[n] for n in names]
 
 
 def _tile_mask(config, info, q_start, k_start, shape, segments):
@@ -316,7 +361,7 @@ def _when_visited(lo, full_lo, full_hi, hi, index, step):
 
 
 def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
-    segments, (o_ref, lse_ref, m_ref, l_ref, acc_ref) = _segment_refs(config, refs)
+    w, segments, (o_ref, lse_ref, m_ref, l_ref, acc_ref) = _optional_refs(config, refs)
     b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
     bq, bk = config.blocks.block_q, config.blocks.block_k
     num_k_blocks = pl.num_programs(3)
@@ -330,7 +375,7 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
     def step(masked):
-        s = dot(q_ref[...], k_ref[...], (1, 1))
+        s = config.tile_score.logits(q_ref[...], k_ref[...], w)
         info = _row(info_ref, b)
         mask = _tile_mask(config, info, i * bq, j * bk, s.shape, segments) if masked else None
         weighted_sum = lambda p: dot(p.astype(v_ref.dtype), v_ref[...], (1, 0))  # noqa: E731
@@ -352,13 +397,13 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
         lse_ref[...] = lse
 
 
-def _tile_grads(config, info_ref, b, i, j, refs, segments, masked):
+def _tile_grads(config, info_ref, b, i, j, refs, w, segments, masked):
     """A tile's ``q``, ``k``, ``dO``, recomputed probabilities ``P`` and
     ``dS = P ∘ (dO Vᵀ - delta)`` (``[bq, bk]``) from the refs ``(q, k, v, dO, lse, delta)``."""
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = refs
     bq, bk = config.blocks.block_q, config.blocks.block_k
     q, k, do = q_ref[...], k_ref[...], do_ref[...]
-    s = dot(q, k, (1, 1))
+    s = config.tile_score.logits(q, k, w)
     info = _row(info_ref, b)
     mask = _tile_mask(config, info, i * bq, j * bk, s.shape, segments) if masked else None
     p = recomputed_probs(s, lse_ref[...], mask, LaneStats)
@@ -366,24 +411,28 @@ def _tile_grads(config, info_ref, b, i, j, refs, segments, masked):
 
 
 def _dkv_kernel(config, info_ref, *refs):
-    refs, (segments, (dk_ref, dv_ref)) = refs[:6], _segment_refs(config, refs[6:])
+    refs, (w, segments, outputs) = refs[:6], _optional_refs(config, refs[6:])
     b, j, g, i = pl.program_id(0), pl.program_id(2), pl.program_id(3), pl.program_id(4)
 
     @pl.when((g == 0) & (i == 0))
     def _():
-        dk_ref[...] = jnp.zeros(dk_ref.shape, jnp.float32)
-        dv_ref[...] = jnp.zeros(dv_ref.shape, jnp.float32)
+        for ref in outputs:  # dK, dV (and dw: this key block's share)
+            ref[...] = jnp.zeros(ref.shape, jnp.float32)
 
     def step(masked):
-        q, _, do, p, ds = _tile_grads(config, info_ref, b, i, j, refs, segments, masked)
+        q, k, do, p, ds = _tile_grads(config, info_ref, b, i, j, refs, w, segments, masked)
+        dk_ref, dv_ref, *dw_ref = outputs
+        dk, dw = config.tile_score.grad_k_w(ds, q, k, w)
+        dk_ref[...] += dk
         dv_ref[...] += dot(p.T.astype(do.dtype), do, (1, 0))
-        dk_ref[...] += dot(ds.T.astype(q.dtype), q, (1, 0))
+        if dw_ref:
+            dw_ref[0][...] += dw
 
     _when_visited(*_query_range(config, info_ref, b, j, pl.num_programs(4)), i, step)
 
 
 def _dq_kernel(config, info_ref, *refs):
-    refs, (segments, (dq_ref,)) = refs[:6], _segment_refs(config, refs[6:])
+    refs, (w, segments, (dq_ref,)) = refs[:6], _optional_refs(config, refs[6:])
     b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
 
     @pl.when(j == 0)
@@ -391,8 +440,8 @@ def _dq_kernel(config, info_ref, *refs):
         dq_ref[...] = jnp.zeros(dq_ref.shape, jnp.float32)
 
     def step(masked):
-        _, k, _, _, ds = _tile_grads(config, info_ref, b, i, j, refs, segments, masked)
-        dq_ref[...] += dot(ds.astype(k.dtype), k, (1, 0))
+        q, k, _, _, ds = _tile_grads(config, info_ref, b, i, j, refs, w, segments, masked)
+        dq_ref[...] += config.tile_score.grad_q(ds, q, k, w)
 
     _when_visited(*_key_range(config, info_ref, b, i, pl.num_programs(3)), j, step)
 
@@ -425,16 +474,17 @@ def _call(config, kernel, grid, in_specs, out_specs, out_shape, scratch, *args):
     return jax.lax.platform_dependent(*args, tpu=run(False), default=run(True))
 
 
-def _forward(config, q, k, v, info, segments):
+def _forward(config, q, k, v, w, info, segments):
     batch, num_heads, tq, _ = q.shape
     hv, nk = v.shape[-1], k.shape[2] // config.blocks.block_k
     bq = config.blocks.block_q
     specs = _query_grid(config, (q.shape[-1], hv), nk)
+    optional, optional_specs = _optional_inputs(specs, w, segments)
     out, lse = _call(
         config,
         _forward_kernel,
         (batch, num_heads, tq // bq, nk),
-        [specs["q"], specs["k"], specs["v"], *_segment_specs(specs, segments)],
+        [specs["q"], specs["k"], specs["v"], *optional_specs],
         [specs["do"], specs["row"]],
         [
             jax.ShapeDtypeStruct((batch, num_heads, tq, hv), v.dtype),
@@ -445,13 +495,9 @@ def _forward(config, q, k, v, info, segments):
         q,
         k,
         v,
-        *(segments or ()),
+        *optional,
     )
     return out, lse[..., 0]
-
-
-def _segment_specs(specs, segments):
-    return [] if segments is None else [specs["q_seg"], specs["k_seg"]]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -460,18 +506,20 @@ def flash(
     q: Float[Array, "B N Tp D"],
     k: Float[Array, "B K Sp D"],
     v: Float[Array, "B K Sp Hv"],
+    w: Float[Array, "B N 1 D"] | None,
     info: Int[Array, "B 4"],
     segments: tuple[Int[Array, "B Tp 128"], Int[Array, "B 8 Sp"]] | None,
 ) -> tuple[Float[Array, "B N Tp Hv"], Float[Array, "B N Tp"]]:
     """``(output, lse)`` of the prepared inputs (padded, heads second), differentiable in
-    ``q``, ``k`` and ``v``; ``info`` rows are (causal offset, query length, key length, 0);
-    ``segments`` the segment ids replicated over lanes and sublanes, or ``None``."""
-    return _batch_folded(functools.partial(_forward, config))(q, k, v, info, segments)
+    ``q``, ``k``, ``v`` and the additive score vector ``w`` (``None`` for the dot family);
+    ``info`` rows are (causal offset, query length, key length, 0); ``segments`` the segment
+    ids replicated over lanes and sublanes, or ``None``."""
+    return _batch_folded(functools.partial(_forward, config))(q, k, v, w, info, segments)
 
 
-def _flash_fwd(config, q, k, v, info, segments):
-    out, lse = _batch_folded(functools.partial(_forward, config))(q, k, v, info, segments)
-    return (out, lse), (q, k, v, info, segments, out, lse)
+def _flash_fwd(config, q, k, v, w, info, segments):
+    out, lse = _batch_folded(functools.partial(_forward, config))(q, k, v, w, info, segments)
+    return (out, lse), (q, k, v, w, info, segments, out, lse)
 
 
 def _flash_bwd(config, residuals, cotangents):
@@ -479,44 +527,52 @@ def _flash_bwd(config, residuals, cotangents):
     return *grads, None, None
 
 
-def _backward(config, q, k, v, info, segments, out, lse, d_out, d_lse):
-    """``(dq, dk, dv)``: the dK/dV kernel, then the dQ kernel."""
+def _backward(config, q, k, v, w, info, segments, out, lse, d_out, d_lse):
+    """``(dq, dk, dv, dw)``: the dK/dV kernel (and each key block's share of ``dw``), then
+    the dQ kernel."""
     batch, num_heads, tq, _ = q.shape
     num_kv, ts = k.shape[1], k.shape[2]
     nq, nk = tq // config.blocks.block_q, ts // config.blocks.block_k
     delta = jnp.einsum("bnth,bnth->bnt", d_out.astype(jnp.float32), out.astype(jnp.float32))
     rows = lambda x: jnp.broadcast_to(x[..., None], (*x.shape, LANES))  # noqa: E731
     args = (info, q, k, v, d_out, rows(lse))
-    args = (*args, rows(delta - d_lse), *(segments or ()))
+    args = (*args, rows(delta - d_lse))
     names = ("q", "k", "v", "do", "row", "row")
     shapes = (q.shape[-1], v.shape[-1])
 
     specs = _key_grid(config, shapes, nq)
-    dk, dv = _call(
+    optional, optional_specs = _optional_inputs(specs, w, segments)
+    out_specs, out_shape = [specs["k"], specs["v"]], [k.shape, v.shape]
+    if w is not None:  # per key block (a parallel axis), summed below; group is 1 here
+        per_key_block = lambda b, h, j, *_: (b, h, j, 0, 0)  # noqa: E731
+        out_specs.append(pl.BlockSpec((None, None, None, *w.shape[2:]), per_key_block))
+        out_shape.append((batch, num_kv, nk, *w.shape[2:]))
+    dk, dv, *dw = _call(
         config,
         _dkv_kernel,
         (batch, num_kv, nk, config.group, nq),
-        [specs[n] for n in names] + _segment_specs(specs, segments),
-        [specs["k"], specs["v"]],
-        [
-            jax.ShapeDtypeStruct(k.shape, jnp.float32),
-            jax.ShapeDtypeStruct(v.shape, jnp.float32),
-        ],
+        [specs[n] for n in names] + optional_specs,
+        out_specs,
+        [jax.ShapeDtypeStruct(shape, jnp.float32) for shape in out_shape],
         [],
         *args,
+        *optional,
     )
     specs = _query_grid(config, shapes, nk)
+    optional, optional_specs = _optional_inputs(specs, w, segments)
     dq = _call(
         config,
         _dq_kernel,
         (batch, num_heads, nq, nk),
-        [specs[n] for n in names] + _segment_specs(specs, segments),
+        [specs[n] for n in names] + optional_specs,
         specs["q"],
         jax.ShapeDtypeStruct(q.shape, jnp.float32),
         [],
         *args,
+        *optional,
     )
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+    dw = None if w is None else dw[0].sum(axis=2).astype(w.dtype)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dw
 
 
 def _batch_folded(fn):
