@@ -145,11 +145,17 @@ class _Refs(NamedTuple):
 
 
 def _mod_args(config, refs, info, q_idx, k_idx):
-    """``(b, h, q_idx, kv_idx, params)`` as mods see them in a tile ``[bq, bk]``: positions
-    past the sequences (padding) clamped to their last ones."""
+    """``(b, h, q_idx, kv_idx, params)`` as mods see them in a tile ``[bq, bk]``."""
     params = kernel_params(config.mod_treedef, refs.mods)
-    q_pos = (jnp.minimum(q_idx, config.extent[0] - 1) + info[0])[:, None]
-    return *refs.batch_head, q_pos, jnp.minimum(k_idx, config.extent[1] - 1)[None, :], params
+    q_pos, k_pos = mod_positions(config.extent, info[0], q_idx[:, None], k_idx[None, :])
+    return *refs.batch_head, q_pos, k_pos, params
+
+
+def mod_positions(extent, offset, q_idx, k_idx):
+    """The positions mods see: past the sequences (padding) clamped to their last ones
+    (``extent``: the unpadded ``(T, S)``), queries shifted by the causal offset into key
+    coordinates. Shared by the Triton and Mosaic TPU kernels."""
+    return jnp.minimum(q_idx, extent[0] - 1) + offset, jnp.minimum(k_idx, extent[1] - 1)
 
 
 def _tile_logits(config, refs, info, q, k, w, q_idx, k_idx):
@@ -159,18 +165,31 @@ def _tile_logits(config, refs, info, q, k, w, q_idx, k_idx):
     if config.score_mod is None:
         return s, None
     *args, params = _mod_args(config, refs, info, q_idx, k_idx)
-
-    def score_mod(x):
-        modded = run_mod("score_mod", config.score_mod, (x, *args), params, KERNEL_HINT)
-        return modded.astype(jnp.float32)
-
-    return jax.jvp(score_mod, (s,), (jnp.ones_like(s),))
+    return modded_logits(config.score_mod, s, args, params)
 
 
-def kernel_params(treedef, refs: list) -> Any:
+def modded_logits(score_mod, s, args, params):
+    """``(score_mod(s, *args, params), its derivative in s)`` in float32, ``args`` being
+    ``(b, h, q_idx, kv_idx)``: the kernels' backward passes scale ``dS`` by the derivative."""
+
+    def modded(x):
+        return run_mod("score_mod", score_mod, (x, *args), params, KERNEL_HINT).astype(jnp.float32)
+
+    return jax.jvp(modded, (s,), (jnp.ones_like(s),))
+
+
+def mod_mask(mask_mod, args, params, shape):
+    """``mask_mod(*args, params)`` broadcast to the tile's ``shape``."""
+    return jnp.broadcast_to(run_mod("mask_mod", mask_mod, tuple(args), params, KERNEL_HINT), shape)
+
+
+def kernel_params(treedef, refs: list, scalars: tuple[bool, ...] | None = None) -> Any:
     """The mod parameters as a kernel's mods see them: 0-d leaves loaded as scalars (they
-    behave as arrays), the others refs, indexed where read (``params[name][h]``)."""
-    return jax.tree.unflatten(treedef, [r[...] if r.ndim == 0 else r for r in refs])
+    behave as arrays), the others refs, indexed where read (``params[name][h]``).
+    ``scalars`` flags the leaves that were 0-d (the TPU kernel passes them as ``[1]``)."""
+    scalars = scalars or tuple(r.ndim == 0 for r in refs)
+    loaded = [r[(0,) * r.ndim] if scalar else r for r, scalar in zip(refs, scalars, strict=True)]
+    return jax.tree.unflatten(treedef, loaded)
 
 
 KERNEL_HINT = (
@@ -203,8 +222,7 @@ def _mask(config, refs, masked, info, q_idx, k_idx, q_seg, k_seg):
         mask = mask & (q_seg[:, None] == k_seg[None, :])
     if config.mask_mod is not None:
         *args, params = _mod_args(config, refs, info, q_idx, k_idx)
-        allowed = run_mod("mask_mod", config.mask_mod, tuple(args), params, KERNEL_HINT)
-        mask = mask & jnp.broadcast_to(allowed, shape)
+        mask = mask & mod_mask(config.mask_mod, args, params, shape)
     return mask
 
 
