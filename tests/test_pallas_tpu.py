@@ -8,6 +8,7 @@ features, run with race detection and NaN-filled uninitialized memory.
 
 import contextlib
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -15,8 +16,10 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 import attnjax as aj
+from attnjax import mods
 from attnjax.pallas.tpu import platform_interpret
 from tests.parity import FP32_FWD, FP32_GRAD, assert_matches, max_rel_error, qkv
 
@@ -218,6 +221,96 @@ def test_matches_jax_tpu_flash_attention():
     assert max_rel_error(actual[1], expected[1]) <= FP32_GRAD
 
 
+@runs_kernels(3)
+def test_learnable_alibi_and_sliding_window_mods_gqa_offset_lengths():
+    """ALiBi with learnable slopes (a score mod reading ``params["slopes"][h]``: the dK/dV
+    grid's head ``h G + g`` must be right, as the slopes differ) and a sliding-window mask mod
+    around the query's absolute position (offset 5), 2 query heads over 1 K/V head, batch 0
+    seeing 150 keys: output, lse and gradients of q, k, v and the slopes."""
+    q, k, v = qkv(9, B, T, S, N, K, H)
+    assert_matches(
+        "pallas_tpu",
+        q,
+        k,
+        v,
+        {"mod_params": {"slopes": jnp.array([0.05, 0.2])}},
+        score_mod=mods.alibi(param="slopes"),
+        mask_mod=mods.sliding_window(60, 10),
+        causal_offset=jnp.asarray(5),
+        key_value_seq_lengths=jnp.array([150, S], jnp.int32),
+    )
+
+
+@functools.cache
+def _with_data(implementation, options):
+    """Jitted ``(output, lse, grads of q, k, v and the float mod parameters)`` of a loss of
+    ``attention(..., mod_params=floats | data)``: integer parameters ``data`` held fixed."""
+
+    def loss(q, k, v, floats, data):
+        out, lse = aj.attention(
+            q, k, v, mod_params=floats | data, implementation=implementation, return_lse=True,
+            **dict(options),
+        )  # fmt: skip
+        w_out = jax.random.normal(jax.random.key(7), out.shape)
+        return jnp.sum(out * w_out) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0)), (out, lse)
+
+    def f(*args):
+        grads, (out, lse) = jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(*args)
+        return out, lse, grads
+
+    return jax.jit(f)
+
+
+@runs_kernels(3)
+def test_relative_position_bias_softcap_and_document_mods():
+    """T5's relative position bias (a learnable ``[N, 8]`` table read at each logit's bucket)
+    then a soft cap, under a document mask mod (integer ids per batch, boundaries inside
+    tiles; batch 1's documents differ): output, lse and gradients of q, k, v and the table."""
+    q, k, v = qkv(10, B, T, S, N, K, H)
+    floats = {"relative_bias": jax.random.normal(jax.random.key(11), (N, 8))}
+    data = {"document_ids": jnp.arange(S)[None] // jnp.array([[100], [70]])}
+    options = (
+        ("score_mod", mods.compose(mods.relative_position_bias(8, 64), mods.softcap(3.0))),
+        ("mask_mod", mods.document()),
+        ("causal_offset", 40),
+    )
+    expected = _with_data("xla", options)(q, k, v, floats, data)
+    actual = _with_data("pallas_tpu", options)(q, k, v, floats, data)
+    assert max_rel_error(actual[:2], expected[:2]) <= FP32_FWD
+    assert max_rel_error(actual[2], expected[2]) <= FP32_GRAD
+
+
+@runs_kernels(6)  # ours: forward, dK/dV, dQ; theirs: forward, dQ, dK/dV
+def test_softcap_and_window_mods_match_jax_splash_attention():
+    """JAX's TPU splash attention (soft-cap, local window mask) against the softcap score mod
+    and the sliding_window mask mod: outputs and gradients of q, k, v
+    (theirs on one example: splash's kernels do not batch in TPU interpret mode)."""
+    q, k, v = qkv(12, 1, 256, 256, 2, 2, H)
+    w = jax.random.normal(jax.random.key(13), q.shape)
+    cap, window = 2.0, (50, 20)
+
+    def ours(q, k, v):
+        mod_options = {"score_mod": mods.softcap(cap), "mask_mod": mods.sliding_window(*window)}
+        out = aj.attention(q, k, v, implementation="pallas_tpu", **mod_options)
+        return jnp.sum(out * w)
+
+    def theirs(q, k, v):
+        local = splash.LocalMask((256, 256), window_size=window, offset=0)
+        kernel = splash.make_splash_mha(
+            splash.MultiHeadMask([local] * 2),
+            attn_logits_soft_cap=cap,
+            head_shards=1,
+            q_seq_shards=1,
+        )
+        heads_first = [jnp.swapaxes(x[0], 0, 1) for x in (q * H**-0.5, k, v)]
+        return jnp.sum(jnp.swapaxes(kernel(*heads_first), 0, 1) * w[0])
+
+    actual = jax.jit(jax.value_and_grad(ours, argnums=(0, 1, 2)))(q, k, v)
+    expected = jax.jit(jax.value_and_grad(theirs, argnums=(0, 1, 2)))(q, k, v)
+    assert max_rel_error(actual[0], expected[0]) <= FP32_FWD
+    assert max_rel_error(actual[1], expected[1]) <= FP32_GRAD
+
+
 @pytest.mark.parametrize(
     "dtype, options, diff",
     [
@@ -231,6 +324,14 @@ def test_matches_jax_tpu_flash_attention():
             jnp.float32,
             {"is_causal": True, "score": "additive"},
             {"score_params": _additive_params(4, 4, H, 16), "temperature": jnp.asarray(2.0)},
+        ),
+        (
+            jnp.float32,
+            {
+                "score_mod": mods.compose(mods.alibi(param="slopes"), mods.softcap(2.0)),
+                "mask_mod": mods.sliding_window(60, 10),
+            },
+            {"mod_params": {"slopes": jnp.linspace(0.1, 0.4, 4)}},
         ),
     ],
 )
@@ -268,8 +369,14 @@ def test_refuses_what_it_cannot_run():
     refused = {
         "score: implementation='pallas_tpu'": {"score": lambda q, k, p: q @ k.mT},
         "bias: implementation='pallas_tpu'": {"bias": jnp.ones((16, 16))},
-        "mask_mod: implementation='pallas_tpu'": {"mask_mod": lambda b, h, q, k, p: q >= k},
-        "score_mod: implementation='pallas_tpu'": {"score_mod": lambda s, b, h, q, k, p: s},
+        "block_mask: implementation='pallas_tpu'": {
+            "mask_mod": mods.causal(),
+            "block_mask": aj.masks.block_mask(mods.causal(), num_queries=16, num_keys=16),
+        },
+        r"mod_params: .*SMEM.*bfloat16": {
+            "score_mod": mods.alibi(param="slopes"),
+            "mod_params": {"slopes": jnp.ones(2, jnp.bfloat16)},
+        },
         r"block_sizes\.block_k: implementation='pallas_tpu' needs a multiple of 128": {
             "block_sizes": aj.BlockSizes(8, 64)
         },
@@ -282,6 +389,12 @@ def test_refuses_what_it_cannot_run():
         with jax.enable_x64(True), pytest.raises(ValueError, match=r"float32 or bfloat16.*chunked"):
             inputs = (x.astype(dtype) for x in (q, k, v))
             aj.attention(*inputs, implementation="pallas_tpu")
+    with pytest.raises(ValueError, match=r"mod_params: .* shared by the examples of a vmap"):
+        attend = lambda s: aj.attention(  # noqa: E731
+            q, k, v, implementation="pallas_tpu", score_mod=mods.alibi(param="slopes"),
+            mod_params={"slopes": s},
+        )  # fmt: skip
+        jax.vmap(attend)(jnp.ones((3, 2)))
     with pytest.raises(ValueError, match=r"block_sizes\.block_q: .* multiple of 16 for bfloat16"):
         bf16 = (x.astype(jnp.bfloat16) for x in (q, k, v))
         aj.attention(*bf16, implementation="pallas_tpu", block_sizes=aj.BlockSizes(8, 128))

@@ -36,13 +36,24 @@ The platform the call is lowered for picks the Mosaic kernel (TPU) or Pallas' in
 on a CPU holds the Mosaic kernel. On a GPU the call is refused (:func:`platform_interpret`):
 the interpreter there would be orders of magnitude slower than ``"pallas"`` or ``"chunked"``.
 The CPU tests run JAX's TPU interpret mode instead (``pltpu.force_tpu_interpret_mode``: simulated
-HBM, VMEM and DMAs, race detection). Callable scores, dense masks, bias, mods and block
-masks are refused (:func:`unsupported`): use ``"chunked"``.
+HBM, VMEM and DMAs, race detection). Callable scores, dense masks, bias and block masks are
+refused (:func:`unsupported`): use ``"chunked"``.
+
+Score and mask mods are traced into all three kernels with the Triton path's pieces
+(:func:`~attnjax.pallas.flash.mod_positions`, ``modded_logits``, ``mod_mask``,
+``kernel_params``): ``b`` and ``h`` are the program's batch (modulo the batch before ``vmap``
+folded examples into it) and query head (``h G + g`` on the dK/dV grid), positions full
+``[bq, bk]`` iotas. Each ``mod_params`` leaf is a whole array in SMEM (not scalar-prefetched:
+it steers no index map), read at scalar indices (``slopes[h]``, ``prefix[b]``) as scalar
+loads; a read at vector indices is a gather that Mosaic does not lower (:class:`SmemParam`:
+TPU interpret mode only). With a ``mask_mod`` every visited tile is masked. Float
+``mod_params`` get their gradients as on the Triton path
+(:func:`attnjax.pallas.mods.with_mod_gradients`).
 """
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -54,7 +65,18 @@ from jaxtyping import Array, Float, Int, Shaped
 from attnjax.call import AttentionCall
 from attnjax.masks import MaskSpec
 from attnjax.pallas import attention as triton_path
-from attnjax.pallas.flash import Additive, Dot, dot, key_blocks, query_blocks
+from attnjax.pallas.flash import (
+    Additive,
+    Dot,
+    dot,
+    kernel_params,
+    key_blocks,
+    mod_mask,
+    mod_positions,
+    modded_logits,
+    query_blocks,
+)
+from attnjax.pallas.mods import with_mod_gradients
 from attnjax.softmax import MASK_VALUE, RowStats, online_finish, online_step, recomputed_probs
 from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 
@@ -93,6 +115,12 @@ class Config:
     group: int  # query heads per K/V head
     interpret: Any  # None: chosen by the platform lowered for (see _call)
     segments: bool  # segment ids given
+    score_mod: Any = None
+    mask_mod: Any = None
+    mod_treedef: Any = None  # of the mod parameters' leaves (SMEM inputs after segment ids)
+    mod_scalars: tuple[bool, ...] = ()  # which leaves were 0-d (passed as [1])
+    extent: tuple[int, int] = (1, 1)  # (T, S) unpadded: the positions mods see are clamped
+    batch: int = 1  # mods see the batch index modulo this (vmap folds examples into it)
 
 
 def tpu_attention(
@@ -128,7 +156,7 @@ def tpu_attention(
     blocks = _blocks(call.blocks(default), query.dtype, num_queries, num_keys)
     tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
     temperature = as_4d(call.temperature)
-    w = None
+    w, original_value = None, value
     if additive:  # k' = k W_k per query head: V repeated to N heads, as on the Triton path
         q, k, w = triton_path.fold_additive(query, key, call.score_params, temperature, num_heads)
         value = jnp.repeat(value, num_heads // num_kv, axis=2)
@@ -145,13 +173,27 @@ def tpu_attention(
             jnp.broadcast_to(q_seg[:, :, None], (*q_seg.shape, LANES)),
             jnp.broadcast_to(k_seg[:, None, :], (batch, SUBLANES, ts)),
         )
-    groups = num_heads // k.shape[1]
+    leaves, treedef = jax.tree.flatten(call.mod_params)
     config = Config(
-        tile_score, blocks, spec.is_causal, spec.window, groups, interpret, segments is not None
+        tile_score,
+        blocks,
+        spec.is_causal,
+        spec.window,
+        num_heads // k.shape[1],
+        interpret,
+        segments is not None,
+        call.score_mod,
+        call.mask_mod,
+        treedef,
+        tuple(jnp.ndim(x) == 0 for x in leaves),
+        (num_queries, num_keys),
+        batch,
     )
-    out, lse = flash(config, q, k, v, w, info, segments)
-    out = jnp.swapaxes(out[:, :, :num_queries, : value.shape[-1]], 1, 2)
-    return out.astype(query.dtype), None, lse[:, :, :num_queries]
+    mods = tuple(jnp.reshape(x, (-1,)) if jnp.ndim(x) == 0 else x for x in leaves)
+    out, lse = flash(config, q, k, v, w, info, segments, mods)
+    out = jnp.swapaxes(out[:, :, :num_queries, : value.shape[-1]], 1, 2).astype(query.dtype)
+    outputs = with_mod_gradients((out, lse[:, :, :num_queries]), query, key, original_value, call)
+    return outputs[0], None, outputs[1]
 
 
 def platform_interpret(interpret: Any, backend: str, tpu_interpret_forced: bool) -> Any:
@@ -172,17 +214,19 @@ def unsupported(call: AttentionCall) -> str | None:
     reason = triton_path.unsupported(call, NAME)
     if reason is not None:
         return reason
-    refused = {
-        "score_mod": call.score_mod is not None,
-        "mask_mod": call.mask_mod is not None,
-        "block_mask": call.block_mask is not None,
-    }
-    for name, refuse in refused.items():
-        if refuse:
+    if call.block_mask is not None:
+        return (
+            f"block_mask: implementation={NAME!r} does not take it yet (given; it takes the "
+            "dot-family and additive scores, causal with offset, windows, lengths, segment ids "
+            "and score/mask mods, which it applies to every tile it visits); use "
+            "implementation='chunked'"
+        )
+    for leaf in jax.tree.leaves(call.mod_params) if call.has_mods else ():
+        if jnp.dtype(jnp.result_type(leaf)).itemsize != 4:
             return (
-                f"{name}: implementation={NAME!r} does not take it yet (given; it takes the "
-                "dot-family and additive scores, causal with offset, windows, lengths and "
-                "segment ids); use implementation='chunked'"
+                f"mod_params: implementation={NAME!r} keeps mod parameters in SMEM, which "
+                f"holds 32-bit scalars (float32, int32), got a {jnp.result_type(leaf)} leaf; "
+                "cast it or use implementation='chunked'"
             )
     return None
 
@@ -292,32 +336,46 @@ def _key_grid(config, shapes, num_q_blocks):
     )
 
 
+class OptionalRefs(NamedTuple):
+    """A kernel's optional inputs: the score vector ``w`` (loaded) or ``None``, the segment
+    id refs or ``None``, and the mod parameters' SMEM refs."""
+
+    w: Any
+    segments: Any
+    mods: list
+
+
 def _optional_refs(config, refs):
-    """``(score vector w or None, segment id refs or None, the other refs)`` of a kernel's
-    refs after the fixed ones (the order of :func:`_optional_inputs`)."""
+    """``(OptionalRefs, the other refs)`` of a kernel's refs after the fixed ones (the order of
+    :func:`_optional_inputs`)."""
     refs = list(refs)
     w = refs.pop(0)[...] if isinstance(config.tile_score, Additive) else None
     segments = (refs.pop(0), refs.pop(0)) if config.segments else None
-    return w, segments, refs
+    mods = [refs.pop(0) for _ in config.mod_scalars]
+    return OptionalRefs(w, segments, mods), refs
 
 
-def _optional_inputs(specs, w, segments):
-    """The optional inputs (score vector, segment ids) and their specs."""
+def _optional_inputs(specs, w, segments, mods):
+    """The optional inputs (score vector, segment ids, mod parameters) and their specs: mod
+    parameters are whole arrays in SMEM (mods read them at scalar indices, the program's
+    head or batch; a tile's worth of parameters per step would be a vector gather)."""
     names = ["w"] * (w is not None) + ["q_seg", "k_seg"] * (segments is not None)
-    return [x for x in (w, *(segments or ())) if x is not None], [specs[n] for n in names]
+    arrays = [x for x in (w, *(segments or ())) if x is not None] + list(mods)
+    smem = pl.BlockSpec(memory_space=pltpu.SMEM)
+    return arrays, [specs[n] for n in names] + [smem] * len(mods)
 
 
-def _tile_mask(config, info, q_start, k_start, shape, segments):
+def _tile_mask(config, info, tile, shape, opt):
     """The tile's mask ``[bq, bk]``: the causal/window bounds of the shared
-    :meth:`MaskSpec.diff_bounds`, the lengths and the segment ids (refs ``[bq, 128]`` and
-    ``[8, bk]``, replicated as in JAX's kernel, or ``None``), on 2-D iotas.
+    :meth:`MaskSpec.diff_bounds`, the lengths, the segment ids (refs ``[bq, 128]`` and
+    ``[8, bk]``, replicated as in JAX's kernel, or ``None``) and ``mask_mod``, on 2-D iotas;
+    ``tile`` is ``(b, h, q_start, k_start)``.
 
     Not :meth:`MaskSpec.block`: that builds a ``[..., Tb, Sb]`` mask from 1-D index vectors
     and batch-broadcast lengths and segment ids (outer products Mosaic does not lay out);
     here the indices are 2-D iotas and the lengths scalars read from SMEM."""
     offset, q_len, k_len = info
-    q_idx = q_start + jax.lax.broadcasted_iota(jnp.int32, shape, 0)
-    k_idx = k_start + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
+    q_idx, k_idx = _iotas(tile, shape)
     low, high = MaskSpec(config.is_causal, config.window).diff_bounds()
     mask = (q_idx < q_len) & (k_idx < k_len)
     diff = k_idx - (q_idx + offset)
@@ -325,10 +383,55 @@ def _tile_mask(config, info, q_start, k_start, shape, segments):
         mask = mask & (diff >= low)
     if high is not None:
         mask = mask & (diff <= high)
-    if segments is not None:
-        q_seg, k_seg = segments
+    if opt.segments is not None:
+        q_seg, k_seg = opt.segments
         mask = mask & (_lanes(q_seg[...], shape[1]) == k_seg[:1, :])
+    if config.mask_mod is not None:
+        mask = mask & mod_mask(config.mask_mod, *_mod_args(config, info, tile, shape, opt), shape)
     return mask
+
+
+def _iotas(tile, shape):
+    """The tile's query and key positions ``[bq, bk]`` (2-D iotas)."""
+    _, _, q_start, k_start = tile
+    iota = functools.partial(jax.lax.broadcasted_iota, jnp.int32, shape)
+    return q_start + iota(0), k_start + iota(1)
+
+
+def _mod_args(config, info, tile, shape, opt):
+    """``((b, h, q_idx, kv_idx), params)`` as mods see them in a tile: full ``[bq, bk]``
+    positions (Mosaic's vectors are 2-D), clamped and offset by the shared
+    :func:`~attnjax.pallas.flash.mod_positions`; parameters from SMEM."""
+    b, h, *_ = tile
+    q_pos, k_pos = mod_positions(config.extent, info[0], *_iotas(tile, shape))
+    params = kernel_params(config.mod_treedef, [SmemParam(r) for r in opt.mods], config.mod_scalars)
+    return (b % config.batch, h, q_pos, k_pos), params
+
+
+class SmemParam:
+    """A mod parameter's SMEM ref as mods index it: at scalar indices (``params[name][h]``,
+    ``[b]``) a scalar load, as on a TPU; at vector indices (a table at a tile of buckets, ids
+    at a tile of positions) the whole array loaded, then gathered: TPU interpret mode only
+    (Mosaic lowers no gather from SMEM; on a TPU use ``"chunked"`` for such mods)."""
+
+    def __init__(self, ref):
+        self.ref = ref
+        self.shape, self.ndim, self.dtype = ref.shape, len(ref.shape), ref.dtype
+
+    def __getitem__(self, index):
+        parts = index if isinstance(index, tuple) else (index,)
+        if all(p is Ellipsis or isinstance(p, slice) or jnp.ndim(p) == 0 for p in parts):
+            return self.ref[index]
+        return self.ref[...][index]
+
+
+def _tile_logits(config, info, tile, q, k, opt):
+    """The tile's logits after ``score_mod`` and their derivative with respect to the
+    unmodified logits (``None`` without a score mod)."""
+    s = config.tile_score.logits(q, k, opt.w)
+    if config.score_mod is None:
+        return s, None
+    return modded_logits(config.score_mod, s, *_mod_args(config, info, tile, s.shape, opt))
 
 
 def _lanes(x: Shaped[Array, "R 128"], width: int) -> Shaped[Array, "R W"]:
@@ -352,17 +455,19 @@ class LaneStats(RowStats):
         return _lanes(stats, width)
 
 
-def _when_visited(lo, full_lo, full_hi, hi, index, step):
-    """Run ``step(masked)`` if ``index`` is in ``[lo, hi)``: unmasked inside the full range."""
+def _when_visited(config, ranges, index, step):
+    """Run ``step(masked)`` if ``index`` is in ``[lo, hi)`` of ``ranges`` (``lo, full_lo,
+    full_hi, hi``): unmasked inside the full range, unless a ``mask_mod`` masks every tile."""
+    lo, full_lo, full_hi, hi = ranges
     visited = (index >= lo) & (index < hi)
-    full = (index >= full_lo) & (index < full_hi)
+    full = (index >= full_lo) & (index < full_hi) & (config.mask_mod is None)
     pl.when(visited & full)(lambda: step(False))
     pl.when(visited & ~full)(lambda: step(True))
 
 
 def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
-    w, segments, (o_ref, lse_ref, m_ref, l_ref, acc_ref) = _optional_refs(config, refs)
-    b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
+    opt, (o_ref, lse_ref, m_ref, l_ref, acc_ref) = _optional_refs(config, refs)
+    b, n, i, j = (pl.program_id(axis) for axis in range(4))
     bq, bk = config.blocks.block_q, config.blocks.block_k
     num_k_blocks = pl.num_programs(3)
 
@@ -375,15 +480,15 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
     def step(masked):
-        s = config.tile_score.logits(q_ref[...], k_ref[...], w)
-        info = _row(info_ref, b)
-        mask = _tile_mask(config, info, i * bq, j * bk, s.shape, segments) if masked else None
+        info, tile = _row(info_ref, b), (b, n, i * bq, j * bk)
+        s, _ = _tile_logits(config, info, tile, q_ref[...], k_ref[...], opt)
+        mask = _tile_mask(config, info, tile, s.shape, opt) if masked else None
         weighted_sum = lambda p: dot(p.astype(v_ref.dtype), v_ref[...], (1, 0))  # noqa: E731
         state = online_step(tuple(ref[...] for ref in carry), s, mask, weighted_sum, LaneStats)
         for ref, value in zip(carry, state, strict=True):
             ref[...] = value
 
-    _when_visited(*_key_range(config, info_ref, b, i, num_k_blocks), j, step)
+    _when_visited(config, _key_range(config, info_ref, b, i, num_k_blocks), j, step)
 
     @pl.when(j == num_k_blocks - 1)
     def _():
@@ -397,22 +502,26 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
         lse_ref[...] = lse
 
 
-def _tile_grads(config, info_ref, b, i, j, refs, w, segments, masked):
+def _tile_grads(config, info_ref, tile, refs, opt, masked):
     """A tile's ``q``, ``k``, ``dO``, recomputed probabilities ``P`` and
-    ``dS = P ∘ (dO Vᵀ - delta)`` (``[bq, bk]``) from the refs ``(q, k, v, dO, lse, delta)``."""
+    ``dS = P ∘ (dO Vᵀ - delta)`` (``[bq, bk]``, times the score mod's derivative) from the
+    refs ``(q, k, v, dO, lse, delta)``; ``tile`` is ``(b, h, i, j)``."""
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = refs
     bq, bk = config.blocks.block_q, config.blocks.block_k
     q, k, do = q_ref[...], k_ref[...], do_ref[...]
-    s = config.tile_score.logits(q, k, w)
-    info = _row(info_ref, b)
-    mask = _tile_mask(config, info, i * bq, j * bk, s.shape, segments) if masked else None
+    b, h, i, j = tile
+    info, tile = _row(info_ref, b), (b, h, i * bq, j * bk)
+    s, slope = _tile_logits(config, info, tile, q, k, opt)
+    mask = _tile_mask(config, info, tile, s.shape, opt) if masked else None
     p = recomputed_probs(s, lse_ref[...], mask, LaneStats)
-    return q, k, do, p, p * (dot(do, v_ref[...], (1, 1)) - _lanes(delta_ref[...], bk))
+    ds = p * (dot(do, v_ref[...], (1, 1)) - _lanes(delta_ref[...], bk))
+    return q, k, do, p, ds if slope is None else ds * slope
 
 
 def _dkv_kernel(config, info_ref, *refs):
-    refs, (w, segments, outputs) = refs[:6], _optional_refs(config, refs[6:])
-    b, j, g, i = pl.program_id(0), pl.program_id(2), pl.program_id(3), pl.program_id(4)
+    refs, (opt, outputs) = refs[:6], _optional_refs(config, refs[6:])
+    b, h, j, g, i = (pl.program_id(axis) for axis in range(5))
+    n = h * config.group + g  # the query head
 
     @pl.when((g == 0) & (i == 0))
     def _():
@@ -420,30 +529,30 @@ def _dkv_kernel(config, info_ref, *refs):
             ref[...] = jnp.zeros(ref.shape, jnp.float32)
 
     def step(masked):
-        q, k, do, p, ds = _tile_grads(config, info_ref, b, i, j, refs, w, segments, masked)
+        q, k, do, p, ds = _tile_grads(config, info_ref, (b, n, i, j), refs, opt, masked)
         dk_ref, dv_ref, *dw_ref = outputs
-        dk, dw = config.tile_score.grad_k_w(ds, q, k, w)
+        dk, dw = config.tile_score.grad_k_w(ds, q, k, opt.w)
         dk_ref[...] += dk
         dv_ref[...] += dot(p.T.astype(do.dtype), do, (1, 0))
         if dw_ref:
             dw_ref[0][...] += dw
 
-    _when_visited(*_query_range(config, info_ref, b, j, pl.num_programs(4)), i, step)
+    _when_visited(config, _query_range(config, info_ref, b, j, pl.num_programs(4)), i, step)
 
 
 def _dq_kernel(config, info_ref, *refs):
-    refs, (w, segments, (dq_ref,)) = refs[:6], _optional_refs(config, refs[6:])
-    b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
+    refs, (opt, (dq_ref,)) = refs[:6], _optional_refs(config, refs[6:])
+    b, n, i, j = (pl.program_id(axis) for axis in range(4))
 
     @pl.when(j == 0)
     def _():
         dq_ref[...] = jnp.zeros(dq_ref.shape, jnp.float32)
 
     def step(masked):
-        q, k, _, _, ds = _tile_grads(config, info_ref, b, i, j, refs, w, segments, masked)
-        dq_ref[...] += config.tile_score.grad_q(ds, q, k, w)
+        q, k, _, _, ds = _tile_grads(config, info_ref, (b, n, i, j), refs, opt, masked)
+        dq_ref[...] += config.tile_score.grad_q(ds, q, k, opt.w)
 
-    _when_visited(*_key_range(config, info_ref, b, i, pl.num_programs(3)), j, step)
+    _when_visited(config, _key_range(config, info_ref, b, i, pl.num_programs(3)), j, step)
 
 
 def _call(config, kernel, grid, in_specs, out_specs, out_shape, scratch, *args):
@@ -474,12 +583,12 @@ def _call(config, kernel, grid, in_specs, out_specs, out_shape, scratch, *args):
     return jax.lax.platform_dependent(*args, tpu=run(False), default=run(True))
 
 
-def _forward(config, q, k, v, w, info, segments):
+def _forward(config, mods, q, k, v, w, info, segments):
     batch, num_heads, tq, _ = q.shape
     hv, nk = v.shape[-1], k.shape[2] // config.blocks.block_k
     bq = config.blocks.block_q
     specs = _query_grid(config, (q.shape[-1], hv), nk)
-    optional, optional_specs = _optional_inputs(specs, w, segments)
+    optional, optional_specs = _optional_inputs(specs, w, segments, mods)
     out, lse = _call(
         config,
         _forward_kernel,
@@ -509,25 +618,27 @@ def flash(
     w: Float[Array, "B N 1 D"] | None,
     info: Int[Array, "B 4"],
     segments: tuple[Int[Array, "B Tp 128"], Int[Array, "B 8 Sp"]] | None,
+    mods: tuple[Shaped[Array, "..."], ...],
 ) -> tuple[Float[Array, "B N Tp Hv"], Float[Array, "B N Tp"]]:
     """``(output, lse)`` of the prepared inputs (padded, heads second), differentiable in
     ``q``, ``k``, ``v`` and the additive score vector ``w`` (``None`` for the dot family);
     ``info`` rows are (causal offset, query length, key length, 0); ``segments`` the segment
-    ids replicated over lanes and sublanes, or ``None``."""
-    return _batch_folded(functools.partial(_forward, config))(q, k, v, w, info, segments)
+    ids replicated over lanes and sublanes, or ``None``; ``mods`` the mod parameters' leaves
+    (0-d ones as ``[1]``; their gradients come from :func:`with_mod_gradients`)."""
+    return _batch_folded(functools.partial(_forward, config))(mods, q, k, v, w, info, segments)
 
 
-def _flash_fwd(config, q, k, v, w, info, segments):
-    out, lse = _batch_folded(functools.partial(_forward, config))(q, k, v, w, info, segments)
-    return (out, lse), (q, k, v, w, info, segments, out, lse)
+def _flash_fwd(config, q, k, v, w, info, segments, mods):
+    out, lse = _batch_folded(functools.partial(_forward, config))(mods, q, k, v, w, info, segments)
+    return (out, lse), (mods, q, k, v, w, info, segments, out, lse)
 
 
 def _flash_bwd(config, residuals, cotangents):
     grads = _batch_folded(functools.partial(_backward, config))(*residuals, *cotangents)
-    return *grads, None, None
+    return *grads, None, None, None
 
 
-def _backward(config, q, k, v, w, info, segments, out, lse, d_out, d_lse):
+def _backward(config, mods, q, k, v, w, info, segments, out, lse, d_out, d_lse):
     """``(dq, dk, dv, dw)``: the dK/dV kernel (and each key block's share of ``dw``), then
     the dQ kernel."""
     batch, num_heads, tq, _ = q.shape
@@ -541,7 +652,7 @@ def _backward(config, q, k, v, w, info, segments, out, lse, d_out, d_lse):
     shapes = (q.shape[-1], v.shape[-1])
 
     specs = _key_grid(config, shapes, nq)
-    optional, optional_specs = _optional_inputs(specs, w, segments)
+    optional, optional_specs = _optional_inputs(specs, w, segments, mods)
     out_specs, out_shape = [specs["k"], specs["v"]], [k.shape, v.shape]
     if w is not None:  # per key block (a parallel axis), summed below; group is 1 here
         per_key_block = lambda b, h, j, *_: (b, h, j, 0, 0)  # noqa: E731
@@ -559,7 +670,7 @@ def _backward(config, q, k, v, w, info, segments, out, lse, d_out, d_lse):
         *optional,
     )
     specs = _query_grid(config, shapes, nk)
-    optional, optional_specs = _optional_inputs(specs, w, segments)
+    optional, optional_specs = _optional_inputs(specs, w, segments, mods)
     dq = _call(
         config,
         _dq_kernel,
@@ -576,18 +687,26 @@ def _backward(config, q, k, v, w, info, segments, out, lse, d_out, d_lse):
 
 
 def _batch_folded(fn):
-    """``fn`` (arrays and results all batch-first) whose ``vmap`` folds the mapped axis into
-    the batch axis: ``pallas_call``'s own batching rule adds a grid axis without a dimension
-    semantics for it, which TPU kernels refuse."""
+    """``fn`` (its first argument the mod parameters, unbatched; the other arrays and results
+    batch-first) whose ``vmap`` folds the mapped axis into the batch axis: ``pallas_call``'s
+    own batching rule adds a grid axis without a dimension semantics for it, which TPU
+    kernels refuse. Mods see the batch index modulo the unfolded batch (``Config.batch``)."""
     folded = jax.custom_batching.custom_vmap(fn)
 
     @folded.def_vmap
-    def _(axis_size, in_batched, *args):
+    def _(axis_size, in_batched, mods, *args):
+        if any(jax.tree.leaves(in_batched[0])):
+            raise ValueError(
+                f"mod_params: implementation={NAME!r} takes mod parameters shared by the "
+                "examples of a vmap (the kernels fold them into the batch); pass per-example "
+                "values as a batch axis the mod indexes with b, or use implementation='chunked'"
+            )
+
         def fold(x, batched):
             x = x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
             return x.reshape(axis_size * x.shape[1], *x.shape[2:])
 
-        outs = folded(*jax.tree.map(fold, args, tuple(in_batched)))
+        outs = folded(mods, *jax.tree.map(fold, args, tuple(in_batched[1:])))
         unfold = lambda y: y.reshape(axis_size, -1, *y.shape[1:])  # noqa: E731
         return jax.tree.map(unfold, outs), jax.tree.map(lambda _: True, outs)
 
