@@ -99,11 +99,12 @@ def attention(
     kernels for the named dot-product and additive scores, structured masks only),
     ``"pallas_tpu"`` (the Mosaic TPU flash kernel when lowered for TPU, Pallas' interpreter on
     CPU (slow: for tests), refused on a GPU (use ``"pallas"``): float32 or bfloat16,
-    dot-family and additive scores, causal with offset, windows, lengths, segment ids; no mods
-    yet), ``"cudnn"`` (``jax.nn``'s cuDNN kernel: GPU, ``dot``/``scaled_dot``, no mods) or
-    ``None``: :func:`choose_implementation` decides. Tiled implementations never form the
-    weights, so ``return_weights=True`` with them is an error. ``block_sizes``
-    (:class:`attnjax.BlockSizes`) sets their tiles; each has defaults. See ``docs/tiled.md``.
+    dot-family and additive scores, causal with offset, windows, lengths, segment ids, score
+    and mask mods; no block masks yet), ``"cudnn"`` (``jax.nn``'s cuDNN kernel: GPU,
+    ``dot``/``scaled_dot``, no mods) or ``None``: :func:`choose_implementation` decides.
+    Tiled implementations never form the weights, so ``return_weights=True`` with them is an
+    error. ``block_sizes`` (:class:`attnjax.BlockSizes`) sets their tiles; each has defaults.
+    See ``docs/tiled.md``.
     """
     options = dict(locals())  # every argument, for validation
     query, key, value, call, batched = prepare(**options)
