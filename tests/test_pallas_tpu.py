@@ -19,7 +19,9 @@ from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 import attnjax as aj
-from attnjax import mods
+from attnjax import mods, scores
+from attnjax.call import AttentionCall
+from attnjax.pallas.mods import lowering_error
 from attnjax.pallas.tpu import platform_interpret
 from tests.parity import FP32_FWD, FP32_GRAD, assert_matches, max_rel_error, qkv
 
@@ -398,6 +400,35 @@ def test_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match=r"block_sizes\.block_q: .* multiple of 16 for bfloat16"):
         bf16 = (x.astype(jnp.bfloat16) for x in (q, k, v))
         aj.attention(*bf16, implementation="pallas_tpu", block_sizes=aj.BlockSizes(8, 128))
+
+
+def test_a_mod_that_gathers_from_its_parameters_is_refused_before_lowering_for_tpu():
+    """Where the Mosaic kernel may be lowered (here: TPU interpret mode not forced), a mod
+    reading its parameters at vector indices (a gather from SMEM) is refused, naming it, before
+    anything runs; reads at scalar indices lower (checked by exporting a one-tile kernel)."""
+    q, k, v = qkv(5, 2, 16, 16, 2, 2, 8)
+    gathering = {
+        "score_mod: 'relative_position_bias": {
+            "score_mod": mods.relative_position_bias(8, 16),
+            "mod_params": {"relative_bias": jnp.ones((2, 8))},
+        },
+        "mask_mod: 'document": {
+            "mask_mod": mods.document(),
+            "mod_params": {"document_ids": jnp.zeros((2, 16), jnp.int32)},
+        },
+    }
+    with pltpu.force_tpu_interpret_mode(None):
+        for message, kwargs in gathering.items():
+            with pytest.raises(ValueError, match=message + r".* Mosaic TPU kernel .*'chunked'"):
+                aj.attention(q, k, v, implementation="pallas_tpu", **kwargs)
+    scalar_reads = AttentionCall(
+        score=scores.dot,
+        score_params={},
+        score_mod=mods.compose(mods.alibi(param="slopes"), mods.softcap(2.0)),
+        mask_mod=mods.or_masks(mods.prefix_lm(), mods.dilated(3)),
+        mod_params={"slopes": jnp.ones(2), "prefix_lengths": jnp.array([3, 4])},
+    )
+    assert lowering_error(scalar_reads, "tpu") is None
 
 
 def test_refuses_a_gpu_unless_tpu_interpret_mode_is_forced():

@@ -7,8 +7,9 @@
 - Gradients of float ``mod_params``: the kernels do not form them; an identity on the
   outputs whose VJP also runs the chunked path's supplies them (one extra chunked pass, in the
   backward pass only).
-- :func:`lowering_error`: whether a mod lowers to a Triton kernel, checked before use on GPU
-  (once per mod, parameter shapes and dtypes: the answers are cached).
+- :func:`lowering_error`: whether a mod lowers to a Triton kernel, checked before use on GPU,
+  or to a Mosaic TPU kernel (parameters in SMEM, :class:`SmemParam`), checked before the TPU
+  kernel is lowered (once per mod, platform, parameter shapes and dtypes: answers are cached).
 """
 
 import collections
@@ -22,13 +23,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 from jaxtyping import Array, Int
 
 from attnjax.call import AttentionCall, merge_floats, split_floats
 from attnjax.chunked import chunked_attention
 from attnjax.masks import EMPTY, FULL, PARTIAL, TileKinds
 from attnjax.pallas import triton_backend
-from attnjax.pallas.flash import kernel_params
+from attnjax.pallas.flash import kernel_params, mod_mask, modded_logits
 from attnjax.tiling import pad_axis
 
 
@@ -103,34 +105,58 @@ def _mod_vjp_bwd(residuals, cotangents):
 _with_mod_vjp.defvjp(_mod_vjp_fwd, _mod_vjp_bwd)
 
 
+class SmemParam:
+    """A mod parameter's SMEM ref (Mosaic TPU kernel) as mods index it: at scalar indices
+    (``params[name][h]``, ``[b]``) a scalar load, as on a TPU; at vector indices (a table at a
+    tile of buckets, ids at a tile of positions) the whole array loaded, then gathered: TPU
+    interpret mode only (Mosaic lowers no such gather; :func:`lowering_error` says so)."""
+
+    def __init__(self, ref):
+        self.ref = ref
+        self.shape, self.ndim, self.dtype = ref.shape, len(ref.shape), ref.dtype
+
+    def __getitem__(self, index):
+        parts = index if isinstance(index, tuple) else (index,)
+        if all(p is Ellipsis or isinstance(p, slice) or jnp.ndim(p) == 0 for p in parts):
+            return self.ref[index]
+        return self.ref[...][index]
+
+
 # A GPU to lower for where none is attached (Triton's lowering reads the compute capability).
 ABSTRACT_GPU = "NVIDIA H100"
+# A TPU to lower for where none is attached (Mosaic's lowering reads the chip generation).
+ABSTRACT_TPU = "TPU v5 lite"
 # How many lowering checks to remember (mod, name, parameter shapes and dtypes each).
 LOWERING_CACHE_SIZE = 1024
 _lowering_cache: collections.OrderedDict = collections.OrderedDict()
 _lowering_lock = threading.Lock()
 
 
-def lowering_error(call: AttentionCall) -> str | None:
-    """``None`` if the call's mods lower into a Triton kernel (checked with
-    ``jax.export(..., platforms=["cuda"])``, no GPU needed), else a message naming the mod.
+def lowering_error(call: AttentionCall, platform: str = "cuda") -> str | None:
+    """``None`` if the call's mods lower into a Triton kernel (``platform="cuda"``) or a Mosaic
+    TPU kernel (``"tpu"``), checked with ``jax.export(..., platforms=[platform])`` (no GPU or
+    TPU needed), else a message naming the mod.
 
     Each answer is cached, keyed on the mod (its code, defaults and closed-over values when
     they are hashable, so a mod rebuilt per step hits the cache; else the mod object itself)
     and the padded shapes and dtypes of ``mod_params``: a check exports once, not per call.
     """
-    missing = triton_backend.missing()
+    missing = triton_backend.missing() if platform == "cuda" else None
     if missing is not None:
         return missing
     leaves, treedef = jax.tree.flatten(call.mod_params)
-    shapes = tuple(jax.ShapeDtypeStruct(_padded_shape(x.shape), x.dtype) for x in leaves)
+    shape = _padded_shape if platform == "cuda" else tuple
+    shapes = tuple(jax.ShapeDtypeStruct(shape(jnp.shape(x)), x.dtype) for x in leaves)
+    kernel = "Pallas (Triton)" if platform == "cuda" else "Mosaic TPU"
     for name in ("score_mod", "mask_mod"):
         mod = getattr(call, name)
-        error = None if mod is None else _cached_lowering_error(name, mod, treedef, shapes)
+        error = (
+            None if mod is None else _cached_lowering_error(platform, name, mod, treedef, shapes)
+        )
         if error is not None:
             return (
-                f"{name}: {getattr(mod, '__qualname__', mod)!r} does not lower into the Pallas "
-                f"(Triton) kernel ({error}); use implementation='chunked'"
+                f"{name}: {getattr(mod, '__qualname__', mod)!r} does not lower into the "
+                f"{kernel} kernel ({error}); use implementation='chunked'"
             )
     return None
 
@@ -197,12 +223,12 @@ def _value_key(value: Any, depth: int, callables: bool = True) -> Any:
     return (type(value), value)
 
 
-def _cached_lowering_error(name, mod, treedef, shapes) -> str | None:
+def _cached_lowering_error(platform, name, mod, treedef, shapes) -> str | None:
     try:
-        key = (name, mod_signature(mod), treedef, shapes)
+        key = (platform, name, mod_signature(mod), treedef, shapes)
         hash(key)
     except (_Unhashable, TypeError):
-        key = (name, id(mod), treedef, shapes)
+        key = (platform, name, id(mod), treedef, shapes)
         hold = mod  # keep the object alive so its id is not reused while cached
     else:
         hold = None
@@ -210,7 +236,8 @@ def _cached_lowering_error(name, mod, treedef, shapes) -> str | None:
         if key in _lowering_cache:
             _lowering_cache.move_to_end(key)
             return _lowering_cache[key][0]
-    error = _lowering_error(name, mod, treedef, shapes)
+    lower = _lowering_error if platform == "cuda" else _tpu_lowering_error
+    error = lower(name, mod, treedef, shapes)
     with _lowering_lock:
         _lowering_cache[key] = (error, hold)
         while len(_lowering_cache) > LOWERING_CACHE_SIZE:
@@ -245,7 +272,7 @@ def _lowering_error(name, mod, treedef, shapes) -> str | None:
         )(*leaves)
 
     try:
-        with triton_backend.quiet(), _target_gpu():
+        with triton_backend.quiet(), _target("cuda", ABSTRACT_GPU):
             jax.export.export(
                 jax.jit(apply),
                 platforms=["cuda"],
@@ -258,10 +285,48 @@ def _lowering_error(name, mod, treedef, shapes) -> str | None:
     return None
 
 
-def _target_gpu():
-    """The attached GPU, or an abstract one (``jax.sharding.AbstractDevice``) without: JAX
-    0.12's Triton lowering needs one to read the compute capability from."""
-    if jax.default_backend() == "gpu":
+def _tpu_lowering_error(name, mod, treedef, shapes) -> str | None:
+    """Lower a one-tile Mosaic kernel that applies ``mod`` (its derivative too, for a score
+    mod) to a ``[16, 128]`` tile of 2-D iotas, with parameters in SMEM as the TPU kernel
+    passes them (0-d leaves as ``[1]``); the error's first line or None."""
+    tile = (16, 128)
+    scalars = tuple(x.ndim == 0 for x in shapes)
+
+    def kernel(*refs):
+        *param_refs, out_ref = refs
+        params = kernel_params(treedef, [SmemParam(r) for r in param_refs], scalars)
+        q_idx, k_idx = (jax.lax.broadcasted_iota(jnp.int32, tile, axis) for axis in (0, 1))
+        args = (pl.program_id(0), pl.program_id(1), q_idx, k_idx)
+        logits = jnp.ones(tile, jnp.float32)
+        if name == "score_mod":
+            modded, slope = modded_logits(mod, logits, args, params)
+            out_ref[...] = modded * slope
+        else:
+            out_ref[...] = jnp.where(mod_mask(mod, args, params, tile), logits, 0.0)
+
+    def apply(*leaves):
+        return pl.pallas_call(
+            kernel,
+            grid=(1, 1),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)] * len(leaves),
+            out_specs=pl.BlockSpec(tile, lambda b, h: (0, 0)),
+            out_shape=jax.ShapeDtypeStruct(tile, jnp.float32),
+            interpret=False,
+        )(*leaves)
+
+    inputs = [jax.ShapeDtypeStruct(x.shape or (1,), x.dtype) for x in shapes]
+    try:
+        with pltpu.force_tpu_interpret_mode(None), _target("tpu", ABSTRACT_TPU):
+            jax.export.export(jax.jit(apply), platforms=["tpu"])(*inputs)
+    except Exception as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    return None
+
+
+def _target(platform: str, kind: str):
+    """An abstract device of ``kind`` to lower for (``jax.sharding.AbstractDevice``), unless
+    the default backend is that platform."""
+    if jax.default_backend() == {"cuda": "gpu"}.get(platform, platform):
         return contextlib.nullcontext()
-    device = jax.sharding.AbstractDevice(device_kind=ABSTRACT_GPU, num_cores=None, platform="cuda")
+    device = jax.sharding.AbstractDevice(device_kind=kind, num_cores=None, platform=platform)
     return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device))

@@ -45,10 +45,11 @@ Score and mask mods are traced into all three kernels with the Triton path's pie
 folded examples into it) and query head (``h G + g`` on the dK/dV grid), positions full
 ``[bq, bk]`` iotas. Each ``mod_params`` leaf is a whole array in SMEM (not scalar-prefetched:
 it steers no index map), read at scalar indices (``slopes[h]``, ``prefix[b]``) as scalar
-loads; a read at vector indices is a gather that Mosaic does not lower (:class:`SmemParam`:
-TPU interpret mode only). With a ``mask_mod`` every visited tile is masked. Float
-``mod_params`` get their gradients as on the Triton path
-(:func:`attnjax.pallas.mods.with_mod_gradients`).
+loads; a read at vector indices is a gather that Mosaic does not lower
+(:class:`~attnjax.pallas.mods.SmemParam`: TPU interpret mode only; where the Mosaic kernel may
+be lowered, :func:`~attnjax.pallas.mods.lowering_error` refuses such a mod first). With a
+``mask_mod`` every visited tile is masked. Float ``mod_params`` get their gradients as on the
+Triton path (:func:`attnjax.pallas.mods.with_mod_gradients`).
 """
 
 import dataclasses
@@ -76,7 +77,7 @@ from attnjax.pallas.flash import (
     modded_logits,
     query_blocks,
 )
-from attnjax.pallas.mods import with_mod_gradients
+from attnjax.pallas.mods import SmemParam, lowering_error, with_mod_gradients
 from attnjax.softmax import MASK_VALUE, RowStats, online_finish, online_step, recomputed_probs
 from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 
@@ -148,6 +149,10 @@ def tpu_attention(
         )
     forced = jax_config.pallas_tpu_interpret_mode_context_manager.value is not None
     interpret = platform_interpret(interpret, jax.default_backend(), forced)
+    if call.has_mods and (interpret is False or (interpret is None and not forced)):
+        reason = lowering_error(call, "tpu")  # the Mosaic kernel may be lowered: mods first
+        if reason is not None:
+            raise ValueError(reason)
     batch, num_queries, num_heads, _ = query.shape
     num_keys, num_kv = key.shape[1], key.shape[2]
     tile_score = triton_path.TILE_SCORES[call.score_name]
@@ -406,23 +411,6 @@ def _mod_args(config, info, tile, shape, opt):
     q_pos, k_pos = mod_positions(config.extent, info[0], *_iotas(tile, shape))
     params = kernel_params(config.mod_treedef, [SmemParam(r) for r in opt.mods], config.mod_scalars)
     return (b % config.batch, h, q_pos, k_pos), params
-
-
-class SmemParam:
-    """A mod parameter's SMEM ref as mods index it: at scalar indices (``params[name][h]``,
-    ``[b]``) a scalar load, as on a TPU; at vector indices (a table at a tile of buckets, ids
-    at a tile of positions) the whole array loaded, then gathered: TPU interpret mode only
-    (Mosaic lowers no gather from SMEM; on a TPU use ``"chunked"`` for such mods)."""
-
-    def __init__(self, ref):
-        self.ref = ref
-        self.shape, self.ndim, self.dtype = ref.shape, len(ref.shape), ref.dtype
-
-    def __getitem__(self, index):
-        parts = index if isinstance(index, tuple) else (index,)
-        if all(p is Ellipsis or isinstance(p, slice) or jnp.ndim(p) == 0 for p in parts):
-            return self.ref[index]
-        return self.ref[...][index]
 
 
 def _tile_logits(config, info, tile, q, k, opt):
