@@ -282,6 +282,31 @@ def test_relative_position_bias_softcap_and_document_mods():
     assert max_rel_error(actual[2], expected[2]) <= FP32_GRAD
 
 
+@runs_kernels(3)
+def test_mods_under_vmap_see_the_batch_index_within_an_example():
+    """``vmap`` folds examples into the kernels' batch axis: a mod reading ``prefix_lengths[b]``
+    must still see ``b`` within its example, and learnable slopes shared by the examples get
+    their summed gradient. Two examples of batch 2, against ``"xla"`` under the same vmap."""
+    q, k, v = (x.reshape(2, 2, *x.shape[1:]) for x in qkv(14, 4, 16, 128, 2, 1, 8))
+    params = {"slopes": jnp.array([0.3, 0.1]), "prefix_lengths": jnp.array([3, 40])}
+    w = jax.random.normal(jax.random.key(15), q.shape)
+
+    def loss(implementation, q, k, v, slopes):
+        def one(q, k, v):
+            return aj.attention(
+                q, k, v, score_mod=mods.alibi(param="slopes"), mask_mod=mods.prefix_lm(),
+                mod_params=params | {"slopes": slopes}, implementation=implementation,
+            )  # fmt: skip
+
+        return jnp.sum(jax.vmap(one)(q, k, v) * w)
+
+    grad = jax.value_and_grad(loss, argnums=(1, 2, 3, 4))
+    expected = jax.jit(functools.partial(grad, "xla"))(q, k, v, params["slopes"])
+    actual = jax.jit(functools.partial(grad, "pallas_tpu"))(q, k, v, params["slopes"])
+    assert max_rel_error(actual[0], expected[0]) <= FP32_FWD
+    assert max_rel_error(actual[1], expected[1]) <= FP32_GRAD
+
+
 @runs_kernels(6)  # ours: forward, dK/dV, dQ; theirs: forward, dQ, dK/dV
 def test_softcap_and_window_mods_match_jax_splash_attention():
     """JAX's TPU splash attention (soft-cap, local window mask) against the softcap score mod
