@@ -9,12 +9,14 @@ forward. Each row is one jit-compiled forward: ``run_with_hooks`` with no hooks 
 that selects nothing), ``run_with_cache`` of one point per layer (``*.attention.z``), of every
 point (on ``chunked`` the patterns recomputed for 8 query rows), and a zero-ablation of one
 head. Columns: median time over ``--repeats`` runs, its ratio to the baseline, and the
-compiled program's output and temporary memory (what the cache keeps).
+compiled program's output and temporary memory (what the cache keeps). The calls alternate
+within each repeat, so a change of load hits them alike.
 """
 
 import argparse
 
 import jax
+import numpy as np
 from attention import compile_fn, median_time
 from flax import nnx
 
@@ -52,12 +54,16 @@ def run(args):
         )  # fmt: skip
         model = ann.build(config, nnx.Rngs(0))
         batch = {"inputs": jax.random.randint(jax.random.key(1), (1, args.length), 0, VOCAB)}
-        base = None
-        for name, fn in variants(model, args.length).items():
-            compiled, _, temporary = compile_fn(fn, (batch,))
-            seconds, _ = median_time(compiled, (batch,), args.repeats)
-            base = base or seconds
-            output = compiled.memory_analysis().output_size_in_bytes
+        calls = variants(model, args.length)
+        compiled = {name: compile_fn(fn, (batch,)) for name, fn in calls.items()}
+        times = {name: [] for name in compiled}
+        for _ in range(args.repeats):  # the calls alternate, so load changes hit them alike
+            for name, (fn, _, _) in compiled.items():
+                times[name].append(median_time(fn, (batch,), 1)[0])
+        base = np.median(times["plain forward"])
+        for name, (fn, _, temporary) in compiled.items():
+            seconds = np.median(times[name])
+            output = fn.memory_analysis().output_size_in_bytes
             print(
                 f"| {implementation} | {name} | {seconds * 1e3:.2f} | {seconds / base:.2f} | "
                 f"{output / 2**20:.2f} | {temporary / 2**20:.2f} |"
