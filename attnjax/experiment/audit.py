@@ -38,6 +38,7 @@ from attnjax.experiment.sweep import VERDICTS, Experiment, Stats, Summary, summa
 
 FRAGILE_BELOW = 0.9  # bootstrap agreement under which a verdict is fragile
 SYNTHETIC_DRAWS = 400  # random synthetic summaries per reachability check
+TIED_LEVELS = 101  # levels at which every point is tied (steps of 1% of the metric's range)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,13 +127,15 @@ def audit_part(
 def reachable(experiment: Experiment, summary: Summary, rng: np.random.Generator) -> tuple:
     """The verdicts the rule gives on synthetic summaries shaped like ``summary``: per-seed
     values uniform over the metric's range, every point at the low or the high end (all,
-    and at random), and all points tied at the middle."""
+    and at random), and all points tied at each of :data:`TIED_LEVELS` levels spread evenly
+    over the range (ends and middle included), which reach rules that ask for points inside a
+    narrow band."""
     low, high = _metric_range(experiment.metric, summary)
     num_points, num_seeds = len(summary), max(len(s.values) for _, s in summary)
     grids = [rng.uniform(low, high, (num_points, num_seeds)) for _ in range(SYNTHETIC_DRAWS)]
     ends = [np.where(rng.random((num_points, 1)) < 0.5, low, high) for _ in range(SYNTHETIC_DRAWS)]
     grids += [np.broadcast_to(e, (num_points, num_seeds)) for e in ends]
-    grids += [np.full((num_points, num_seeds), v) for v in (low, high, (low + high) / 2)]
+    grids += [np.full((num_points, num_seeds), v) for v in np.linspace(low, high, TIED_LEVELS)]
     found = {_verdict(experiment.verdict, _with_values(summary, g)) for g in grids}
     return tuple(v for v in VERDICTS if v in found)
 

@@ -51,6 +51,21 @@ def test_a_rule_that_can_only_support_is_unrefutable(smoke_config):
     assert fair.reachable == ("supported", "refuted", "inconclusive") and not fair.flags
 
 
+def test_a_rule_supported_only_inside_a_narrow_band_is_reachable(smoke_config):
+    """Supported only with both points in [0.77, 0.80] and tight: random draws miss the band,
+    the tied levels do not."""
+
+    def band(summary):
+        points = [summary[p] for p in POINTS]
+        if any(s.lower > 0.8 for s in points):
+            return "refuted", ""
+        inside = all(s.lower >= 0.77 and s.upper <= 0.8 for s in points)
+        return ("supported" if inside else "inconclusive"), ""
+
+    found = audit(_experiment(smoke_config, band), _summary([0.5] * 5, [0.9] * 5), draws=10)
+    assert found.reachable == ("supported", "refuted", "inconclusive") and not found.flags
+
+
 def test_a_knife_edge_record_is_fragile_and_a_clear_one_is_not(smoke_config):
     """Additive's interval clears dot's by 0.003: resampling the seeds often closes the gap."""
     rule = _experiment(smoke_config, _additive_wins)
