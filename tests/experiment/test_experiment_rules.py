@@ -68,22 +68,6 @@ def test_xor_bits_can_by_construction_does_by_training_per_rate(monkeypatch):
     assert verdict()[0] == "refuted"
 
 
-def test_min_of_keys_needs_the_control_to_refute_two_heads():
-    module = _load("min_of_keys")
-    exp = module.get_experiment(smoke=True)
-    low, high = [0.79] * 5, [0.97] * 5
-
-    def verdict(two_heads, control, one_head=low):
-        values = [(module.TWO_HEADS_MLP, two_heads), (module.TWO_LAYERS, control)]
-        values += [(module.DOT | {"model.heads": 1, "model.mlp": m}, one_head) for m in module.MLP]
-        return exp.verdict(_summary(exp, values, low))[0]
-
-    assert verdict(high, high) == "supported"
-    assert verdict(low, high) == "refuted"
-    assert verdict(low, low) == "inconclusive"  # nothing learned it: no conclusion
-    assert verdict(high, high, one_head=high) == "refuted"
-
-
 def test_dk_scaling_rule_judges_every_score_under_every_optimizer():
     module = _load("dk_scaling")
     optimizers, dims = ("adamw", "sgd"), module.TRAIN_DIMS
