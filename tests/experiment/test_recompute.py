@@ -97,8 +97,8 @@ def test_a_changed_choice_or_override_of_a_trained_sweep_is_found(
 @pytest.mark.parametrize(
     ("record", "table", "column"),
     [
-        ("activation", "analysis.csv", "trained saturated"),  # the analysis's own table
-        ("activation", "results.csv", "test_accuracy"),  # the sweep it judges on
+        ("activation", "analysis.csv", "init saturated"),  # the analysis's own table
+        ("activation", "results.csv", "test_loss"),  # the sweep it judges on
         ("temperature", "results.csv", "entropy"),
         ("entropy_collapse", "results.csv", "min_entropy"),
     ],
