@@ -68,8 +68,9 @@ CLAIMS = tuple(
          "supported", ""),
         ("S7", "positional amplitude: too small → uniform, too large → collapse",
          "positional_amplitude", "supported", ""),
-        ("S8", "additive: no bias cancels, a bias helps; ReLU dead units, a positive bias helps",
-         "activation", "inconclusive", "inconclusive"),
+        ("S8", "additive: a bias keeps tanh active; ReLU dead units, a positive bias helps "
+         "(judged: fewer dead units, no accuracy lost; cancellation a Check)", "activation",
+         "inconclusive", "inconclusive"),
         ("S9", "low attention entropy accompanies loss spikes: collapsed runs spike more, near "
          "the collapse", "entropy_collapse", NEW, "supported"),
         ("M1", "degenerate inputs collapse heads; diversity penalties keep them apart",
