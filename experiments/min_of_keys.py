@@ -80,10 +80,12 @@ NOISE, DRAWS, DRAW_EXAMPLES, ROBUST = 1e-3, 64, 2048, 0.95
 ACCEPTANCE_KEYS = (1000, 1001, 1002)  # jax keys: clean batch, perturbation batch, noise
 
 
+@functools.cache
 def _task_config():
     return load_file(_CONFIG).get_config().task
 
 
+@functools.cache
 def limit() -> tuple[float, float]:
     """``(L, standard error)``: how often the best single ranking, k1 + k2, selects the
     maximizer, counted by value (values are distinct, so by key; Monte Carlo)."""
@@ -92,6 +94,7 @@ def limit() -> tuple[float, float]:
     return config.by_value(key_level), math.sqrt(key_level * (1 - key_level) / LIMIT_SAMPLES)
 
 
+@functools.cache
 def ceiling() -> tuple[float, float]:
     """``(Q, standard error)``: how often the better of the best pair of rankings selects the
     maximizer, counted by value (Monte Carlo; the maximum over direction pairs is biased up by
