@@ -407,6 +407,10 @@ def main(argv: list[str] | None = None) -> None:
             "--tensorboard", action="store_true",
             help="also log metrics for TensorBoard in <run>/tensorboard/ (train.tensorboard)",
         )  # fmt: skip
+        sub.add_argument(
+            "--patching", action="store_true",
+            help="also write run 0's activation patching heatmaps, patching.png (train.patching)",
+        )  # fmt: skip
         sub.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
     commands.choices["run"].add_argument(
         "--variant", help="passed to get_config (one of the file's VARIANTS)"
@@ -440,6 +444,8 @@ def main(argv: list[str] | None = None) -> None:
     args.argv = sys.argv[1:] if argv is None else argv
     if getattr(args, "tensorboard", False):
         args.set.append("train.tensorboard=true")
+    if getattr(args, "patching", False):
+        args.set.append("train.patching=true")
     commands = {"demo": lambda _: demo(), "run": run, "sweep": sweep, "claims": claims,
                 "audit": audit}  # fmt: skip
     _compile_cache()

@@ -64,7 +64,9 @@ class TrainConfig:
     ``diversity`` adds a head-diversity penalty (``cosine`` | ``orthogonality``) weighted by
     ``diversity_weight``; ``diagnostics`` records attention entropy, saturation, softmax
     Jacobian norm, effective rank, head similarity and the largest attention logit
-    (``attention_max_logit``, over layers).
+    (``attention_max_logit``, over layers). ``patching`` also writes run 0's activation
+    patching heatmaps (``patching.png``, ``patching.npz``: each head's output and each
+    position's residual stream patched from one task batch into another) into the run folder.
     ``fast_compile`` compiles the training and evaluation programs with XLA's backend
     optimization level 0 instead of 1: on CPU about 1.7× faster to compile and 2-4× slower to
     run, the right trade for runs of a few chunks (smoke tests). ``tensorboard`` also logs
@@ -79,6 +81,7 @@ class TrainConfig:
     diversity: str = "none"
     diversity_weight: float = 0.0
     diagnostics: bool = False
+    patching: bool = False
     fast_compile: bool = True
     tensorboard: bool = False
 

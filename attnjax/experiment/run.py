@@ -4,8 +4,9 @@
 ``results.csv`` (one row per run: seed, learning rate, parameter count, FLOPs per step, final
 metrics), ``report.md``, ``curves.png``, ``attention.png`` and ``attention.npz`` (run 0's
 attention maps on one example, ``layer_<i>`` of shape ``[N, T, S]``, for models with
-attention), ``env.json``, ``checkpoints/`` (orbax) and, with ``train.tensorboard``,
-``tensorboard/``. Running the
+attention), ``env.json``, ``checkpoints/`` (orbax), with ``train.tensorboard``
+``tensorboard/`` and, with ``train.patching``, ``patching.png`` and ``patching.npz`` (run 0's
+activation patching tables, :func:`patching_tables`). Running the
 same call again resumes from the last checkpoint and ends with the same results.
 """
 
@@ -33,6 +34,7 @@ from attnjax.experiment.trainer import (
     gather,
     get_trainer,
 )
+from attnjax.inspect import PatchingTable, patch_heads, patch_positions, tables_figure
 
 
 def train_and_evaluate(
@@ -118,11 +120,17 @@ def train_and_evaluate(
     storage.write_json(workdir / "env.json", environment)
     metrics = storage.read_jsonl(workdir / "metrics.jsonl")
     report.plot_curves(metrics, workdir / "curves.png", title=config.name, smoke=smoke)
+    title = f"{config.name}: run 0 (seed {runs.seeds[0]}, lr {runs.learning_rates[0]:g})"
     if maps:
-        title = f"{config.name}: run 0 (seed {runs.seeds[0]}, lr {runs.learning_rates[0]:g})"
         report.plot_attention(maps, workdir / "attention.png", title=title, smoke=smoke)
         arrays = {f"layer_{i}": np.asarray(m[0]) for i, m in enumerate(maps)}
         np.savez(workdir / "attention.npz", **arrays)
+    if maps and config.train.patching:
+        tables = patching_tables(trainer, (state.params, state.rest), run=0)
+        report.save_figure(tables_figure(tables), workdir / "patching.png", title, smoke)
+        arrays = {f"{t.axes[1]}_{k}": np.asarray(getattr(t, k)) for t in tables
+                  for k in ("values", "raw", "clean", "corrupted")}  # fmt: skip
+        np.savez(workdir / "patching.npz", **arrays)
     (workdir / "report.md").write_text(report.run_report(config, results, smoke=smoke))
     return results
 
@@ -136,6 +144,8 @@ RUN_FILES = (
     "curves.png",
     "attention.png",
     "attention.npz",
+    "patching.png",
+    "patching.npz",
     "env.json",
     "checkpoints",
     "tensorboard",
@@ -227,6 +237,29 @@ def _attention_maps(trainer: Trainer, params_rest: tuple[Any, Any], run: int) ->
         return attention_maps(_model(trainer, params_rest, run), batch)
 
     return jax.jit(maps, compiler_options=QUICK)(params_rest)
+
+
+PATCH_BATCH = 64  # examples in each batch of the runner's patching tables
+
+
+def patching_tables(
+    trainer: Trainer, params_rest: tuple[Any, Any], run: int
+) -> tuple[PatchingTable, PatchingTable]:
+    """Run ``run``'s activation patching tables: each (layer, head) of ``attention.z`` and each
+    (layer, position) of ``resid_pre`` patched from a clean task batch (key 0) into a
+    corrupted one (key 1, another draw of the task), scored by minus the task's loss on the
+    clean batch's targets (:func:`attnjax.inspect.patch_heads`, ``patch_positions``)."""
+    model = _model(trainer, params_rest, run)
+    task, task_config = trainer.task, trainer.config.task
+    clean, corrupted = (task.generate(jax.random.key(i), PATCH_BATCH, task_config) for i in (0, 1))
+
+    def metric(output, batch):
+        return -task.loss(output, batch)
+
+    return (
+        patch_heads(model, clean, corrupted, metric),
+        patch_positions(model, clean, corrupted, metric),
+    )
 
 
 def _model(trainer: Trainer, params_rest: tuple[Any, Any], run: int) -> nnx.Module:

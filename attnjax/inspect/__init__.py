@@ -10,7 +10,7 @@ from attnjax.inspect.detectors import (
     previous_token_scores,
     repeated_tokens,
 )
-from attnjax.inspect.figures import pattern_grid, table_figure
+from attnjax.inspect.figures import pattern_grid, table_figure, tables_figure
 from attnjax.inspect.induction import (
     INDUCTION_CONFIG,
     induction_loss,
@@ -44,5 +44,6 @@ __all__ = [
     "previous_token_scores",
     "repeated_tokens",
     "table_figure",
+    "tables_figure",
     "train_induction",
 ]

@@ -15,11 +15,28 @@ from attnjax.inspect.patching import PatchingTable, Table
 def table_figure(table: Table, title: str | None = None) -> Figure:
     """A heatmap of ``table.values`` with its axes and labels, and a colour bar named after
     the table. A :class:`PatchingTable` uses a diverging map centred on 0."""
-    values = np.asarray(table.values, float)
     rows, columns = table.labels
     fig = Figure(figsize=(max(3.5, 0.45 * len(columns) + 2.2), max(2.4, 0.4 * len(rows) + 1.4)),
                  layout="constrained")  # fmt: skip
-    ax = fig.subplots()
+    _heatmap(fig, fig.subplots(), table, title or table.name)
+    return fig
+
+
+def tables_figure(tables: Sequence[Table], title: str | None = None) -> Figure:
+    """The heatmaps of :func:`table_figure` side by side, each titled with its table's name."""
+    width = sum(max(3.5, 0.45 * len(t.labels[1]) + 2.2) for t in tables)
+    height = max(max(2.4, 0.4 * len(t.labels[0]) + 1.4) for t in tables) + 0.4
+    fig = Figure(figsize=(width, height), layout="constrained")
+    for ax, table in zip(fig.subplots(1, len(tables), squeeze=False)[0], tables, strict=True):
+        _heatmap(fig, ax, table, table.name)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _heatmap(fig: Figure, ax, table: Table, title: str) -> None:
+    values = np.asarray(table.values, float)
+    rows, columns = table.labels
     if isinstance(table, PatchingTable):
         bound = max(float(np.nanmax(np.abs(values), initial=0.0)), 1.0)
         image = ax.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
@@ -29,9 +46,8 @@ def table_figure(table: Table, title: str | None = None) -> Figure:
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     ax.set_xlabel(table.axes[1])
     ax.set_ylabel(table.axes[0])
-    ax.set_title(title or table.name, fontsize=10, wrap=True)
+    ax.set_title(title, fontsize=10, wrap=True)
     fig.colorbar(image, ax=ax, label=table.name.rpartition(": ")[2])
-    return fig
 
 
 def pattern_grid(

@@ -16,6 +16,8 @@ from flax import nnx
 from attnjax import cli, tasks
 from attnjax.experiment import Runs, load_run, train_and_evaluate, with_overrides
 from attnjax.experiment import trainer as streams
+from attnjax.experiment.config import task_name
+from attnjax.experiment.run import PATCH_BATCH
 from attnjax.experiment.storage import read_csv, read_jsonl
 from attnjax.experiment.trainer import get_trainer, run_key
 from tests.cpu import subprocess_env
@@ -52,6 +54,7 @@ def test_run_folder_contents(dropout_config, reference_run):
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "metrics.jsonl", "results.csv", "report.md", "curves.png",
             "attention.png", "env.json", "checkpoints"} <= names  # fmt: skip
+    assert "patching.png" not in names  # only with train.patching
     assert (out / "attention.png").stat().st_size > 10_000  # a rendered heatmap, not blank
     assert [r["seed"] for r in rows] == [0, 1]
     # a step's forward pass alone multiplies every parameter with every example at least once
@@ -293,8 +296,8 @@ def _scalars(folder: pathlib.Path) -> dict[tuple[str, int], float]:
     return scalars
 
 
-def test_tensorboard_scalars_per_run_and_attention_arrays(smoke_config, tmp_path):
-    config = with_overrides(smoke_config, {"train.tensorboard": True})
+def test_tensorboard_scalars_attention_arrays_and_patching_tables(smoke_config, tmp_path):
+    config = with_overrides(smoke_config, {"train.tensorboard": True, "train.patching": True})
     train_and_evaluate(config, tmp_path, num_seeds=2)
     metrics = read_jsonl(tmp_path / "metrics.jsonl")
     for seed in (0, 1):
@@ -308,6 +311,21 @@ def test_tensorboard_scalars_per_run_and_attention_arrays(smoke_config, tmp_path
     heads, length = config.model.heads, config.task.spec.seq_len
     assert sorted(arrays) == ["layer_0"] and arrays["layer_0"].shape == (heads, length, length)
     np.testing.assert_allclose(arrays["layer_0"].sum(-1), 1.0, atol=1e-5)
+    # patching: the tables of run 0, their metrics recomputed from the restored model
+    assert (tmp_path / "patching.png").stat().st_size > 10_000
+    tables = np.load(tmp_path / "patching.npz")
+    layers = config.model.layers
+    assert tables["head_values"].shape == (layers, heads)
+    assert tables["position_values"].shape == (layers, length)
+    _, model, _ = load_run(tmp_path, run=0)
+    task = tasks.get(task_name(config.task))
+    batches = [task.generate(jax.random.key(i), PATCH_BATCH, config.task) for i in (0, 1)]
+    clean, corrupted = (-task.loss(model(b), batches[0]) for b in batches)
+    for over in ("head", "position"):
+        np.testing.assert_allclose(tables[f"{over}_clean"], clean, rtol=1e-5)
+        np.testing.assert_allclose(tables[f"{over}_corrupted"], corrupted, rtol=1e-5)
+        normalized = (tables[f"{over}_raw"] - corrupted) / (clean - corrupted)
+        np.testing.assert_allclose(tables[f"{over}_values"], normalized, rtol=1e-4, atol=1e-6)
 
 
 ANALYSIS = (
