@@ -255,6 +255,52 @@ def test_chunked_rows_of_an_additive_score_with_a_score_mod(dense):
         np.testing.assert_allclose(cache[name], expected, atol=1e-5, err_msg=name)
 
 
+def _logits_by_hand(score, params, q, k):
+    """``[B, N, T, S]`` logits of ``score`` from per-head ``q [B, T, N, H]`` and ``k [B, S,
+    N, H]``, written out with einsum (not attnjax.scores)."""
+    if score == "dot":
+        return jnp.einsum("btnh,bsnh->bnts", q, k)
+    if score == "bilinear":
+        return jnp.einsum("btnh,nhg,bsng->bnts", q, params["w"], k)
+    if score == "cosine":
+        unit = lambda x: x / jnp.sqrt(jnp.sum(x * x, -1, keepdims=True) + 1e-12)  # noqa: E731
+        return params["scale"][None, :, None, None] * jnp.einsum(
+            "btnh,bsnh->bnts", unit(q), unit(k)
+        )
+    hidden = jnp.einsum("btnh,nha->bnta", q, params["w_q"])[:, :, :, None]
+    hidden = hidden + jnp.einsum("bsnh,nha->bnsa", k, params["w_k"])[:, :, None]
+    return jnp.einsum(
+        "bntsa,na->bnts", jnp.tanh(hidden + params["b"][None, :, None, None]), params["v"]
+    )
+
+
+@pytest.mark.parametrize("score", ["dot", "bilinear", "additive", "cosine"])
+def test_every_score_caches_its_logits_of_the_cached_queries_and_keys(dense, score):
+    """With GQA (4 heads, 2 key groups): the cached logits are the score of the cached q and
+    k written out by hand, the pattern their softmax, z the pattern times v; the chunked
+    path's cache equals the dense path's."""
+    x = dense[2]["encoder.blocks.0.resid_pre"]
+
+    def cached(implementation):
+        layer = ann.MultiHeadAttention(
+            4, 16, num_kv_heads=2, score=score, implementation=implementation, rngs=nnx.Rngs(0)
+        )
+        graphdef, state = nnx.split(layer)
+        return layer, jax.jit(lambda s: ann.run_with_cache(nnx.merge(graphdef, s), x))(state)[1]
+
+    layer, cache = cached("xla")
+    q, k, v = (cache[n] for n in "qkv")
+    k, v = (jnp.repeat(a, 2, axis=2) for a in (k, v))  # each key group serves two heads
+    logits = _logits_by_hand(score, layer.score(), q, k)
+    np.testing.assert_allclose(cache["logits"], logits, atol=1e-5)
+    np.testing.assert_allclose(cache["pattern"], jax.nn.softmax(logits), atol=1e-6)
+    z = jnp.einsum("bnts,bsnh->btnh", cache["pattern"], v)
+    np.testing.assert_allclose(cache["z"], z, atol=1e-5)
+    chunked = cached("chunked")[1]
+    for name, value in chunked.items():
+        np.testing.assert_allclose(value, cache[name], atol=1e-5, err_msg=name)
+
+
 def test_a_block_mask_reaches_the_recomputed_logits_and_pattern(dense):
     """A call's block mask (its mask_mod: a window of 2 keys back) masks the cached logits
     and pattern of its fast path as it masks the dense weights."""
