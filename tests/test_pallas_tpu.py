@@ -9,6 +9,7 @@ features, run with race detection and NaN-filled uninitialized memory.
 import contextlib
 import dataclasses
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +20,7 @@ from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 import attnjax as aj
-from attnjax import mods, scores
+from attnjax import masks, mods, scores
 from attnjax.call import AttentionCall
 from attnjax.pallas.mods import lowering_error
 from attnjax.pallas.tpu import platform_interpret
@@ -31,6 +32,9 @@ CHECKED = pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan")
 # Parallel grid axes split over two simulated cores: a block written from both would race.
 TWO_CORES = dataclasses.replace(CHECKED, num_cores_or_threads=2)
 INTERPRETER = jax._src.pallas.mosaic.interpret.interpret_pallas_call
+# Block-sparse cases: queries at 384 + t, 8 query tiles of 16 over 4 key tiles of 128.
+SPARSE_T, SPARSE_S, SPARSE_OFFSET, SPARSE_TILES = 128, 512, 384, aj.BlockSizes(16, 128)
+WINDOW = (150, 0)  # keys 234 + t to 384 + t: key tiles 1-3 for query tiles 0-1, else 2-3
 
 
 def _additive_params(seed, heads, head_dim, hidden):
@@ -342,6 +346,164 @@ def test_softcap_and_window_mods_match_jax_splash_attention():
     assert max_rel_error(actual[1], expected[1]) <= FP32_GRAD
 
 
+def _block_masked(implementation, w, **closed):
+    """Jitted ``(output, lse, grads of q, k, v)`` of ``sum(output * w)``: ``closed`` options
+    are constants of the trace (a block mask there is known while tracing), the ``traced``
+    argument's are not."""
+
+    def loss(q, k, v, traced):
+        out, lse = aj.attention(
+            q, k, v, implementation=implementation, return_lse=True, **closed, **traced
+        )  # fmt: skip
+        return jnp.sum(out * w), (out, lse)
+
+    def f(q, k, v, traced):
+        grads, (out, lse) = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v, traced)
+        return out, lse, grads
+
+    return jax.jit(f)
+
+
+def _keys_before(b, h, q_idx, kv_idx, params):
+    """Key lengths as a mask mod (``params["lengths"][b]``): a block mask classifies tiles
+    under it and the window together, exactly."""
+    return kv_idx < params["lengths"][b]
+
+
+def _window_block_mask(lengths):
+    return masks.block_mask(
+        mods.and_masks(mods.sliding_window(*WINDOW), _keys_before), {"lengths": lengths},
+        len(lengths), None, SPARSE_T, SPARSE_S, SPARSE_TILES, causal_offset=SPARSE_OFFSET,
+    )  # fmt: skip
+
+
+@runs_kernels(6)  # ours: forward, dK/dV, dQ; splash: forward, dQ, dK/dV
+def test_window_block_mask_matches_xla_chunked_and_splash():
+    """A sliding-window block mask (lists of 3 and 2 of the 4 key tiles, some tiles full),
+    known while tracing, so the grid runs over the longest list (3 steps); batch 1 sees 300
+    keys (a mask mod in the block mask), so its queries from 66 on see none and its query
+    tiles 5-7 have empty lists: output 0, lse -inf, zero gradients. Against xla and chunked
+    (output, lse, gradients of q, k, v) and, on batch 0, JAX's splash attention with the same
+    local mask."""
+    q, k, v = qkv(16, 2, SPARSE_T, SPARSE_S, 2, 2, H)
+    w = jax.random.normal(jax.random.key(17), q.shape)
+    block = _window_block_mask(jnp.array([SPARSE_S, 300], jnp.int32))
+    assert np.all(np.asarray(block.kinds)[1, :, 5:] == masks.EMPTY)
+    results = {
+        name: _block_masked(name, w, block_mask=block, causal_offset=SPARSE_OFFSET)(q, k, v, {})
+        for name in ("pallas_tpu", "xla", "chunked")
+    }
+    out, lse, grads = results["pallas_tpu"]
+    for name in ("xla", "chunked"):
+        assert max_rel_error((out, lse), results[name][:2]) <= FP32_FWD, name
+        assert max_rel_error(grads, results[name][2]) <= FP32_GRAD, name
+    assert np.all(np.asarray(out[1, 66:]) == 0) and np.all(np.isneginf(lse[1, :, 66:]))
+    assert np.all(np.asarray(grads[0][1, 66:]) == 0)
+
+    def theirs(q, k, v):
+        local = splash.LocalMask((SPARSE_T, SPARSE_S), window_size=WINDOW, offset=SPARSE_OFFSET)
+        kernel = splash.make_splash_mha(
+            splash.MultiHeadMask([local] * 2), head_shards=1, q_seq_shards=1
+        )
+        heads_first = [jnp.swapaxes(x, 0, 1) for x in (q * H**-0.5, k, v)]
+        out = jnp.swapaxes(kernel(*heads_first), 0, 1)
+        return jnp.sum(out * w[0]), out
+
+    grad = jax.jit(jax.grad(theirs, argnums=(0, 1, 2), has_aux=True))
+    splash_grads, splash_out = grad(q[0], k[0], v[0])
+    assert max_rel_error(out[0], splash_out) <= FP32_FWD
+    assert max_rel_error(tuple(g[0] for g in grads), splash_grads) <= FP32_GRAD
+
+
+@pytest.mark.skipif(
+    jax.default_backend() == "tpu", reason="the document mod gathers from SMEM: interpret mode only"
+)
+@runs_kernels(3)
+def test_document_block_mask_gqa_never_reads_hidden_keys():
+    """A document block mask per batch, traced (a jit argument: the grid runs over every key
+    tile), 2 query heads over 1 K/V head, queries at 256 + t over 384 keys. Batch 0's key tile
+    0 is document 0, which no query is in: its values are NaN and never reach the output.
+    Batch 1 sees 300 keys (the mask mod's and the structured lengths), so its queries from 44
+    on (document 2) see none: query tiles 3-7 have empty lists. Against xla and chunked on the
+    same inputs with those values 0."""
+    num_keys, offset = 384, 256
+    q, k, v = qkv(18, 2, SPARSE_T, num_keys, 2, 1, H)
+    w = jax.random.normal(jax.random.key(19), q.shape)
+    sizes = jnp.array([[128, 150, 106], [200, 100, 84]])
+    ids = jnp.stack([jnp.repeat(jnp.arange(3), n, total_repeat_length=num_keys) for n in sizes])
+    lengths = jnp.array([num_keys, 300], jnp.int32)
+    block = masks.block_mask(
+        mods.and_masks(mods.document(), _keys_before), {"document_ids": ids, "lengths": lengths},
+        2, None, SPARSE_T, num_keys, SPARSE_TILES, causal_offset=offset,
+    )  # fmt: skip
+    kinds = np.asarray(block.kinds)
+    assert np.all(kinds[0, :, :, 0] == masks.EMPTY) and np.all(kinds[1, :, 3:] == masks.EMPTY)
+    options = {"causal_offset": offset, "key_value_seq_lengths": lengths}
+    traced = {"block_mask": block}
+    out, lse, grads = _block_masked("pallas_tpu", w, **options)(
+        q, k, v.at[0, :128].set(jnp.nan), traced
+    )
+    for name in ("xla", "chunked"):
+        expected = _block_masked(name, w, **options)(q, k, v.at[0, :128].set(0.0), traced)
+        assert max_rel_error((out, lse), expected[:2]) <= FP32_FWD, name
+        assert max_rel_error(grads, expected[2]) <= FP32_GRAD, name
+    assert np.all(np.asarray(out[1, 44:]) == 0) and np.all(np.isneginf(lse[1, :, 44:]))
+    assert np.all(np.asarray(grads[0][1, 44:]) == 0)
+
+
+@runs_kernels(3)
+def test_skipped_tiles_cost_no_dma(monkeypatch):
+    """Block sparsity measured: the interpreter's copies of input blocks into VMEM (the
+    pipeline's DMAs) and its grid points, recorded. The window block mask over 300 keys: each
+    grid step holds its row's tile from the row's list of visible tiles (brute force from the
+    dense mask; per query tile its key tiles in the forward and dQ kernels, per key tile its
+    query tiles in dK/dV), past the list the last one, and in an empty row (query tiles 5-7,
+    key tiles 0 and 3) the tile the row before held; a DMA happens exactly where the held
+    tile changes, in the interpreter's order of rows (it permutes the parallel grid axes). So
+    no empty tile, no step past a list and no empty row brings a tile of its own, and the
+    grids run over the longest lists."""
+    q, k, v = qkv(20, 1, SPARSE_T, SPARSE_S, 1, 1, H)
+    copies, points, original = [], [], INTERPRETER.get
+
+    @functools.wraps(original)
+    def recorded(*args, input_name=None, **kwargs):
+        if input_name is not None:  # a block copied in before a grid step: (name, block, point)
+            copies.append((input_name, tuple(map(int, args[6])), tuple(map(int, args[7]))))
+        return original(*args, input_name=input_name, **kwargs)
+
+    def point(token, grid_point, core):
+        points.append(tuple(map(int, grid_point)))
+        return token
+
+    monkeypatch.setattr(INTERPRETER, "get", recorded)
+    with _interpreted(dataclasses.replace(CHECKED, grid_point_recorder=point)):
+        block = _window_block_mask(jnp.array([300], jnp.int32))
+        run = _block_masked("pallas_tpu", jnp.ones_like(q), block_mask=block, causal_offset=384)
+        run(q, k, v, {})
+    t, s = np.arange(SPARSE_T)[:, None] + SPARSE_OFFSET, np.arange(SPARSE_S)[None]
+    visible = (s >= t - WINDOW[0]) & (s <= t + WINDOW[1]) & (s < 300)
+    tiles = visible.reshape(8, 16, 4, 128).any(axis=(1, 3))
+    rows, cols = ([list(np.flatnonzero(x)) for x in by] for by in (tiles, tiles.T))
+
+    def held(lists, row, step):
+        if lists[row]:
+            return lists[row][min(step, len(lists[row]) - 1)]
+        before = [x for x in lists[:row] if x]
+        return before[-1][-1] if before else next(x for x in lists if x)[0]
+
+    by_kernel = [list(c) for _, c in itertools.groupby(copies, key=lambda c: len(c[2]))]
+    grids = [list(p) for _, p in itertools.groupby(points, key=len)]
+    # Kernel inputs after the prefetched info and schedule: refs[2] q, refs[3] k, refs[4] v;
+    # grid points (b, n, query tile, step), dK/dV (b, h, key tile, g, step).
+    kernels = (("refs[3]", rows), ("refs[2]", cols), ("refs[3]", rows))  # forward, dK/dV, dQ
+    for kernel, grid, (name, lists) in zip(by_kernel, grids, kernels, strict=True):
+        expected = [x for x, _ in itertools.groupby(held(lists, p[2], p[-1]) for p in grid)]
+        assert [b[2] for input_name, b, _ in kernel if input_name == name] == expected
+        assert len(grid) == len(lists) * max(map(len, lists))
+    assert [len(grid) for grid in grids] == [16, 20, 16]  # every block: 32 each
+    assert sum(map(len, rows)) == 7 and sum(map(len, cols)) == 7  # of 32 tiles
+
+
 @pytest.mark.parametrize(
     "dtype, options, diff",
     [
@@ -364,12 +526,30 @@ def test_softcap_and_window_mods_match_jax_splash_attention():
             },
             {"mod_params": {"slopes": jnp.linspace(0.1, 0.4, 4)}},
         ),
+        (
+            jnp.bfloat16,
+            {
+                "block_mask": masks.block_mask(
+                    mods.sliding_window(60, 10),
+                    None,
+                    None,
+                    None,
+                    256,
+                    256,
+                    aj.BlockSizes(32, 128),
+                    causal_offset=5,
+                ),
+            },
+            {},
+        ),
     ],
 )
 def test_lowers_for_tpu(dtype, options, diff):
     """``attention(..., implementation="pallas_tpu")`` exported for TPU on this CPU machine:
     forward, dK/dV and dQ are Mosaic custom calls (the interpreter's branch is dropped),
-    gradients of the additive score's parameters included."""
+    gradients of the additive score's parameters included. A block mask known while tracing
+    gives two sets: grids over its longest lists, and over every block for a causal offset
+    other than the one it was built for (a ``lax.cond`` at run time)."""
     q, k, v = qkv(4, 1, 256, 256, 4, 2, H, dtype)
 
     def loss(q, k, v, diff):
@@ -392,7 +572,7 @@ def test_lowers_for_tpu(dtype, options, diff):
         grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
         exported = jax.export.export(grad, platforms=["tpu"])
         text = exported(q, k, v, diff).mlir_module()
-    assert text.count("tpu_custom_call") == 3
+    assert text.count("tpu_custom_call") == (6 if "block_mask" in options else 3)
 
 
 def test_refuses_what_it_cannot_run():
@@ -400,9 +580,10 @@ def test_refuses_what_it_cannot_run():
     refused = {
         "score: implementation='pallas_tpu'": {"score": lambda q, k, p: q @ k.mT},
         "bias: implementation='pallas_tpu'": {"bias": jnp.ones((16, 16))},
-        "block_mask: implementation='pallas_tpu'": {
-            "mask_mod": mods.causal(),
-            "block_mask": aj.masks.block_mask(mods.causal(), num_queries=16, num_keys=16),
+        r"block_mask\.block_sizes\.block_k: implementation='pallas_tpu' .* multiple of 128": {
+            "block_mask": masks.block_mask(
+                mods.causal(), None, None, None, 16, 16, aj.BlockSizes(8, 8)
+            )
         },
         r"mod_params: .*SMEM.*bfloat16": {
             "score_mod": mods.alibi(param="slopes"),

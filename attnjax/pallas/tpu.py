@@ -36,8 +36,8 @@ The platform the call is lowered for picks the Mosaic kernel (TPU) or Pallas' in
 on a CPU holds the Mosaic kernel. On a GPU the call is refused (:func:`platform_interpret`):
 the interpreter there would be orders of magnitude slower than ``"pallas"`` or ``"chunked"``.
 The CPU tests run JAX's TPU interpret mode instead (``pltpu.force_tpu_interpret_mode``: simulated
-HBM, VMEM and DMAs, race detection). Callable scores, dense masks, bias and block masks are
-refused (:func:`unsupported`): use ``"chunked"``.
+HBM, VMEM and DMAs, race detection). Callable scores, dense masks and bias are refused
+(:func:`unsupported`): use ``"chunked"``.
 
 Score and mask mods are traced into all three kernels with the Triton path's pieces
 (:func:`~attnjax.pallas.flash.mod_positions`, ``modded_logits``, ``mod_mask``,
@@ -47,9 +47,18 @@ folded examples into it) and query head (``h G + g`` on the dK/dV grid), positio
 it steers no index map), read at scalar indices (``slopes[h]``, ``prefix[b]``) as scalar
 loads; a read at vector indices is a gather that Mosaic does not lower
 (:class:`~attnjax.pallas.mods.SmemParam`: TPU interpret mode only; where the Mosaic kernel may
-be lowered, :func:`~attnjax.pallas.mods.lowering_error` refuses such a mod first). With a
-``mask_mod`` every visited tile is masked. Float ``mod_params`` get their gradients as on the
-Triton path (:func:`attnjax.pallas.mods.with_mod_gradients`).
+be lowered, :func:`~attnjax.pallas.mods.lowering_error` refuses such a mod first). Float
+``mod_params`` get their gradients as on the Triton path
+(:func:`attnjax.pallas.mods.with_mod_gradients`).
+
+Block masks (and a ``mask_mod``, whose block mask is built per call) are followed splash-style:
+the tile kinds of the shared :meth:`~attnjax.call.AttentionCall.tile_kinds` become the shared
+schedules (:func:`~attnjax.pallas.mods.schedules`: per query tile its non-empty key tiles, per
+key tile its query tiles, full ones marked), flattened and scalar-prefetched. The loop axis
+of each grid runs over the longest list (known while tracing when the block mask is concrete,
+else every block); index maps read the list, so a step past it re-reads its last tile and an
+empty row rests on the tile the row before held (:func:`_resting`): neither costs a DMA, and
+``pl.when`` skips their compute. Full tiles run without any mask.
 """
 
 import dataclasses
@@ -58,13 +67,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax._src import config as jax_config  # whether TPU interpret mode is forced
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jaxtyping import Array, Float, Int, Shaped
 
 from attnjax.call import AttentionCall
-from attnjax.masks import MaskSpec
+from attnjax.masks import EMPTY, MaskSpec
 from attnjax.pallas import attention as triton_path
 from attnjax.pallas.flash import (
     Additive,
@@ -77,7 +87,7 @@ from attnjax.pallas.flash import (
     modded_logits,
     query_blocks,
 )
-from attnjax.pallas.mods import SmemParam, lowering_error, with_mod_gradients
+from attnjax.pallas.mods import SmemParam, lowering_error, schedules, with_mod_gradients
 from attnjax.softmax import MASK_VALUE, RowStats, online_finish, online_step, recomputed_probs
 from attnjax.tiling import BlockSizes, as_4d, pad_axis, round_up
 
@@ -122,6 +132,9 @@ class Config:
     mod_scalars: tuple[bool, ...] = ()  # which leaves were 0-d (passed as [1])
     extent: tuple[int, int] = (1, 1)  # (T, S) unpadded: the positions mods see are clamped
     batch: int = 1  # mods see the batch index modulo this (vmap folds examples into it)
+    # With a tile schedule (a mask_mod or block mask): the grid steps over key blocks per
+    # query block (forward, dQ) and over query blocks per key block (dK/dV); None: ranges.
+    steps: tuple[int, int] | None = None
 
 
 def tpu_attention(
@@ -130,6 +143,7 @@ def tpu_attention(
     value: Float[Array, "B S K Hv"],
     call: AttentionCall,
     interpret: Any = None,
+    check_mods: bool = True,
 ) -> tuple[Float[Array, "B T N Hv"], None, Float[Array, "B N T"]]:
     """Attention on already validated inputs: ``(output, None, log-sum-exp)``.
 
@@ -137,6 +151,7 @@ def tpu_attention(
     lets the platform the call is lowered for decide (the Mosaic kernel for TPU, Pallas'
     interpreter elsewhere; ``pltpu.force_tpu_interpret_mode`` makes it TPU interpret mode);
     ``False`` forces the Mosaic kernel, ``True`` or ``pltpu.InterpretParams`` an interpreter.
+    ``check_mods=False`` skips the mods' TPU lowering check (the caller checks when lowered).
     """
     reason = unsupported(call)
     if reason is not None:
@@ -149,7 +164,8 @@ def tpu_attention(
         )
     forced = jax_config.pallas_tpu_interpret_mode_context_manager.value is not None
     interpret = platform_interpret(interpret, jax.default_backend(), forced)
-    if call.has_mods and (interpret is False or (interpret is None and not forced)):
+    may_lower = interpret is False or (interpret is None and not forced)
+    if check_mods and call.has_mods and may_lower:
         reason = lowering_error(call, "tpu")  # the Mosaic kernel may be lowered: mods first
         if reason is not None:
             raise ValueError(reason)
@@ -158,7 +174,7 @@ def tpu_attention(
     tile_score = triton_path.TILE_SCORES[call.score_name]
     additive = isinstance(tile_score, Additive)
     default = DEFAULT_ADDITIVE_BLOCKS if additive else DEFAULT_BLOCKS
-    blocks = _blocks(call.blocks(default), query.dtype, num_queries, num_keys)
+    blocks = _blocks(call, default, query.dtype, num_queries, num_keys)
     tq, ts = round_up(num_queries, blocks.block_q), round_up(num_keys, blocks.block_k)
     temperature = as_4d(call.temperature)
     w, original_value = None, value
@@ -195,10 +211,65 @@ def tpu_attention(
         batch,
     )
     mods = tuple(jnp.reshape(x, (-1,)) if jnp.ndim(x) == 0 else x for x in leaves)
-    out, lse = flash(config, q, k, v, w, info, segments, mods)
+    inputs = (q, k, v, w, info, segments)
+    if call.mask_mod is None:  # the causal/window/length ranges bound each loop
+        out, lse = flash(config, *inputs, None, mods)
+    else:
+        out, lse = _scheduled_flash(config, call, inputs, mods)
     out = jnp.swapaxes(out[:, :, :num_queries, : value.shape[-1]], 1, 2).astype(query.dtype)
     outputs = with_mod_gradients((out, lse[:, :, :num_queries]), query, key, original_value, call)
     return outputs[0], None, outputs[1]
+
+
+def _scheduled_flash(config, call, inputs, mods):
+    """:func:`flash` following the tile schedule of the call's block mask or ``mask_mod`` (the
+    shared :meth:`~attnjax.call.AttentionCall.tile_kinds` and
+    :func:`~attnjax.pallas.mods.schedules`, empty rows given a resting tile by
+    :func:`_resting`). The grid runs over the longest lists where the kinds are known while
+    tracing: the call's, else a concrete block mask's (an upper bound, unless the mask was
+    built for another causal offset, which :meth:`tile_kinds` learns at run time: then a
+    ``lax.cond`` takes the grid over every block), else every block."""
+    batch, num_heads = inputs[0].shape[:2]
+    num_queries, num_keys = config.extent
+    kinds = call.tile_kinds((batch, num_heads), num_queries, num_keys, config.blocks)
+    tables = tuple(_resting(x) for x in schedules(kinds, num_keys, config.blocks.block_k))
+
+    def run(steps):
+        return lambda: flash(dataclasses.replace(config, steps=steps), *inputs, tables, mods)
+
+    every = kinds.shape[:1:-1]  # (key blocks, query blocks)
+    block = call.block_mask
+    longest = _longest_lists(kinds)
+    if longest is not None or block is None or _longest_lists(block.kinds) is None:
+        return run(longest or every)()
+    same_offset = jnp.asarray(block.offset) == call.mask_spec.offset
+    return jax.lax.cond(same_offset, run(_longest_lists(block.kinds)), run(every))
+
+
+def _longest_lists(kinds) -> tuple[int, int] | None:
+    """``(most key tiles visited by a query tile, most query tiles visiting a key tile)``,
+    at least 1, or ``None`` for kinds known only at run time."""
+    if isinstance(kinds, jax.core.Tracer):
+        return None
+    visit = np.asarray(kinds) != EMPTY
+    return max(1, int(visit.sum(-1).max())), max(1, int(visit.sum(-2).max()))
+
+
+def _resting(table: Int[Array, "B N R P"]) -> Int[Array, "B N R P"]:
+    """The schedule with each empty row's first entry (never computed: its count is 0) set to
+    the last tile of the nearest non-empty row before it in its ``(b, h)`` slab, or, before
+    the first, to that row's first tile: the index maps rest the row's steps on the block the
+    step before them held (or the next row needs), so an empty row costs no DMA."""
+    count = table[..., 0]
+    last = jnp.take_along_axis(table, jnp.maximum(count, 1)[..., None], axis=-1)[..., 0]
+    before = jax.lax.cummax(jnp.where(count > 0, jnp.arange(count.shape[-1]), -1), axis=2)
+    after = jnp.argmax(count > 0, axis=-1, keepdims=True)
+    rest = jnp.where(
+        before >= 0,
+        jnp.take_along_axis(last, jnp.maximum(before, 0), axis=-1),
+        jnp.take_along_axis(table[..., 1], after, axis=-1),
+    )
+    return table.at[..., 1].set(jnp.where(count > 0, table[..., 1], rest))
 
 
 def platform_interpret(interpret: Any, backend: str, tpu_interpret_forced: bool) -> Any:
@@ -219,13 +290,6 @@ def unsupported(call: AttentionCall) -> str | None:
     reason = triton_path.unsupported(call, NAME)
     if reason is not None:
         return reason
-    if call.block_mask is not None:
-        return (
-            f"block_mask: implementation={NAME!r} does not take it yet (given; it takes the "
-            "dot-family and additive scores, causal with offset, windows, lengths, segment ids "
-            "and score/mask mods, which it applies to every tile it visits); use "
-            "implementation='chunked'"
-        )
     for leaf in jax.tree.leaves(call.mod_params) if call.has_mods else ():
         if jnp.dtype(jnp.result_type(leaf)).itemsize != 4:
             return (
@@ -236,15 +300,24 @@ def unsupported(call: AttentionCall) -> str | None:
     return None
 
 
-def _blocks(blocks, dtype, num_queries, num_keys) -> BlockSizes:
-    """Checked tiles: ``block_q`` a multiple of the sublane tile (8 for float32, 16 for
-    bfloat16), ``block_k`` of 128 lanes; clamped to the lengths rounded up to them."""
+def _blocks(call, default, dtype, num_queries, num_keys) -> BlockSizes:
+    """Checked tiles (the block mask's, else ``block_sizes``, else ``default``): ``block_q`` a
+    multiple of the sublane tile (8 for float32, 16 for bfloat16), ``block_k`` of 128 lanes;
+    clamped to the lengths rounded up to them. A block mask's tile over a whole sequence is
+    the kernel's single padded tile there."""
     sublanes = SUBLANES * 4 // jnp.dtype(dtype).itemsize
-    for name, multiple in (("block_q", sublanes), ("block_k", LANES)):
-        if getattr(blocks, name) % multiple:
+    blocks, name = call.blocks(default), "block_sizes"
+    if call.block_mask is not None:
+        name = "block_mask.block_sizes"
+        blocks = BlockSizes(
+            round_up(num_queries, sublanes) if blocks.block_q == num_queries else blocks.block_q,
+            round_up(num_keys, LANES) if blocks.block_k == num_keys else blocks.block_k,
+        )
+    for field, multiple in (("block_q", sublanes), ("block_k", LANES)):
+        if getattr(blocks, field) % multiple:
             raise ValueError(
-                f"block_sizes.{name}: implementation={NAME!r} needs a multiple of {multiple} "
-                f"for {jnp.dtype(dtype).name} (the TPU's tile), got {getattr(blocks, name)}"
+                f"{name}.{field}: implementation={NAME!r} needs a multiple of {multiple} "
+                f"for {jnp.dtype(dtype).name} (the TPU's tile), got {getattr(blocks, field)}"
             )
     return BlockSizes(
         min(blocks.block_q, round_up(num_queries, sublanes)),
@@ -280,6 +353,55 @@ def _clamp(index, ranges, num_blocks):
     return jnp.clip(jnp.clip(index, ranges[0], ranges[3] - 1), 0, num_blocks - 1)
 
 
+def _range_visit(ranges, index, num_blocks):
+    """``(block, visited, full)`` at grid index ``index`` of a loop bounded by ``ranges``
+    (``lo, full_lo, full_hi, hi``): the index itself, clamped where skipped."""
+    lo, full_lo, full_hi, hi = ranges
+    visited = (index >= lo) & (index < hi)
+    full = (index >= full_lo) & (index < full_hi)
+    return _clamp(index, ranges, num_blocks), visited, full
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """Where a kernel reads its tile schedule ``[B', N', R, P]`` (per row of tiles the count,
+    then each tile ``j`` as ``j + 1``, partial, or ``-(j + 1)``, full:
+    :func:`~attnjax.pallas.mods.schedules`), flattened and scalar-prefetched into SMEM;
+    ``B'`` and ``N'`` are 1 or the grid's ``batch`` and query ``heads``."""
+
+    shape: tuple[int, int, int, int]
+    batch: int
+    heads: int
+
+    def visit(self, ref, b, n, row, step):
+        """``(block, visited, full)`` at ``step`` of ``row``'s loop for query head ``n``: past
+        the row's list its last tile (an empty row's resting tile), so such steps re-read the
+        block the step before them held and cost no DMA."""
+        slabs_b, slabs_n, rows, width = self.shape
+        slab = (b // (self.batch // slabs_b)) * slabs_n + n // (self.heads // slabs_n)
+        at = (slab * rows + row) * width
+        count = ref[at]
+        entry = ref[at + 1 + jnp.minimum(step, jnp.maximum(count - 1, 0))]
+        return jnp.maximum(jnp.abs(entry) - 1, 0), step < count, entry < 0
+
+
+def _key_visit(config, schedule, prefetch, b, n, i, j, num_k_blocks):
+    """``(key block, visited, full)`` at step ``j`` of query block ``i``'s loop: the
+    schedule's, else the causal/window/length ranges' (``prefetch``: ``info`` and the
+    schedule's refs)."""
+    if schedule is not None:
+        return schedule.visit(prefetch[1], b, n, i, j)
+    return _range_visit(_key_range(config, prefetch[0], b, i, num_k_blocks), j, num_k_blocks)
+
+
+def _query_visit(config, schedule, prefetch, b, n, j, i, num_q_blocks):
+    """``(query block, visited, full)`` at step ``i`` of key block ``j``'s loop (query head
+    ``n``), as :func:`_key_visit`."""
+    if schedule is not None:
+        return schedule.visit(prefetch[1], b, n, j, i)
+    return _range_visit(_query_range(config, prefetch[0], b, j, num_q_blocks), i, num_q_blocks)
+
+
 def _specs(config, shapes, rows_at, keys_at, q_block, k_block):
     """BlockSpecs of q, k, v, dO (``"do"``), row statistics (``"row"``), the additive score
     vector ``w [1, D]`` and segment ids for a grid whose index maps ``rows_at`` and
@@ -302,42 +424,42 @@ def _specs(config, shapes, rows_at, keys_at, q_block, k_block):
     }
 
 
-def _query_grid(config, shapes, num_k_blocks):
-    """Specs for a grid ``(B, N, query block, key block)``: rows at the query block, K and V
-    at the key block (clamped to the visited ones) of head ``n // G``."""
+def _query_grid(config, schedule, shapes, num_k_blocks):
+    """Specs for a grid ``(B, N, query block, step)``: rows at the query block, K and V at
+    the step's key block (:func:`_key_visit`) of head ``n // G``."""
 
-    def k_block(b, n, i, j, info_ref):
-        return _clamp(j, _key_range(config, info_ref, b, i, num_k_blocks), num_k_blocks)
+    def k_block(b, n, i, j, *prefetch):
+        return _key_visit(config, schedule, prefetch, b, n, i, j, num_k_blocks)[0]
 
     return _specs(
         config,
         shapes,
-        lambda b, n, i, j, info_ref: (b, n, i),
-        lambda b, n, i, j, info_ref: (b, n // config.group, k_block(b, n, i, j, info_ref)),
-        lambda b, n, i, j, info_ref: i,
+        lambda b, n, i, j, *_: (b, n, i),
+        lambda b, n, i, j, *prefetch: (b, n // config.group, k_block(b, n, i, j, *prefetch)),
+        lambda b, n, i, j, *_: i,
         k_block,
     )
 
 
-def _key_grid(config, shapes, num_q_blocks):
-    """Specs for the dK/dV grid ``(B, K, key block, group member g, query block)``: K and V
-    at the key block, rows at the query block (clamped to the visited ones) of head
-    ``h G + g``."""
+def _key_grid(config, schedule, shapes, num_q_blocks):
+    """Specs for the dK/dV grid ``(B, K, key block, group member g, step)``: K and V at the
+    key block, rows at the step's query block (:func:`_query_visit`) of head ``h G + g``."""
 
-    def q_block(b, h, j, g, i, info_ref):
-        return _clamp(i, _query_range(config, info_ref, b, j, num_q_blocks), num_q_blocks)
+    def q_block(b, h, j, g, i, *prefetch):
+        n = h * config.group + g
+        return _query_visit(config, schedule, prefetch, b, n, j, i, num_q_blocks)[0]
 
     return _specs(
         config,
         shapes,
-        lambda b, h, j, g, i, info_ref: (
+        lambda b, h, j, g, i, *prefetch: (
             b,
             h * config.group + g,
-            q_block(b, h, j, g, i, info_ref),
+            q_block(b, h, j, g, i, *prefetch),
         ),
-        lambda b, h, j, g, i, info_ref: (b, h, j),
+        lambda b, h, j, g, i, *_: (b, h, j),
         q_block,
-        lambda b, h, j, g, i, info_ref: j,
+        lambda b, h, j, g, i, *_: j,
     )
 
 
@@ -443,21 +565,27 @@ class LaneStats(RowStats):
         return _lanes(stats, width)
 
 
-def _when_visited(config, ranges, index, step):
-    """Run ``step(masked)`` if ``index`` is in ``[lo, hi)`` of ``ranges`` (``lo, full_lo,
-    full_hi, hi``): unmasked inside the full range, unless a ``mask_mod`` masks every tile."""
-    lo, full_lo, full_hi, hi = ranges
-    visited = (index >= lo) & (index < hi)
-    full = (index >= full_lo) & (index < full_hi) & (config.mask_mod is None)
-    pl.when(visited & full)(lambda: step(False))
-    pl.when(visited & ~full)(lambda: step(True))
+def _when_visited(visit, step):
+    """Run ``step(block, masked)`` where ``visit = (block, visited, full)`` says the step
+    visits ``block``: unmasked on a full tile."""
+    block, visited, full = visit
+    pl.when(visited & full)(lambda: step(block, False))
+    pl.when(visited & ~full)(lambda: step(block, True))
 
 
-def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
+def _split_prefetch(schedule, refs):
+    """``(prefetched refs: info, and the schedule when there is one; the other refs)``."""
+    count = 1 if schedule is None else 2
+    return refs[:count], refs[count:]
+
+
+def _forward_kernel(config, schedule, *refs):
+    prefetch, (q_ref, k_ref, v_ref, *refs) = _split_prefetch(schedule, refs)
+    info_ref = prefetch[0]
     opt, (o_ref, lse_ref, m_ref, l_ref, acc_ref) = _optional_refs(config, refs)
     b, n, i, j = (pl.program_id(axis) for axis in range(4))
     bq, bk = config.blocks.block_q, config.blocks.block_k
-    num_k_blocks = pl.num_programs(3)
+    num_steps = pl.num_programs(3)
 
     carry = (m_ref, l_ref, acc_ref)
 
@@ -467,8 +595,8 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
         l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    def step(masked):
-        info, tile = _row(info_ref, b), (b, n, i * bq, j * bk)
+    def step(block, masked):
+        info, tile = _row(info_ref, b), (b, n, i * bq, block * bk)
         s, _ = _tile_logits(config, info, tile, q_ref[...], k_ref[...], opt)
         mask = _tile_mask(config, info, tile, s.shape, opt) if masked else None
         weighted_sum = lambda p: dot(p.astype(v_ref.dtype), v_ref[...], (1, 0))  # noqa: E731
@@ -476,9 +604,9 @@ def _forward_kernel(config, info_ref, q_ref, k_ref, v_ref, *refs):
         for ref, value in zip(carry, state, strict=True):
             ref[...] = value
 
-    _when_visited(config, _key_range(config, info_ref, b, i, num_k_blocks), j, step)
+    _when_visited(_key_visit(config, schedule, prefetch, b, n, i, j, num_steps), step)
 
-    @pl.when(j == num_k_blocks - 1)
+    @pl.when(j == num_steps - 1)
     def _():
         # A row past the query length finishes as a row with no visible key: output 0
         # (selected, so whatever NaN its queries gave), lse -inf.
@@ -506,7 +634,8 @@ def _tile_grads(config, info_ref, tile, refs, opt, masked):
     return q, k, do, p, ds if slope is None else ds * slope
 
 
-def _dkv_kernel(config, info_ref, *refs):
+def _dkv_kernel(config, schedule, *refs):
+    prefetch, refs = _split_prefetch(schedule, refs)
     refs, (opt, outputs) = refs[:6], _optional_refs(config, refs[6:])
     b, h, j, g, i = (pl.program_id(axis) for axis in range(5))
     n = h * config.group + g  # the query head
@@ -516,8 +645,8 @@ def _dkv_kernel(config, info_ref, *refs):
         for ref in outputs:  # dK, dV (and dw: this key block's share)
             ref[...] = jnp.zeros(ref.shape, jnp.float32)
 
-    def step(masked):
-        q, k, do, p, ds = _tile_grads(config, info_ref, (b, n, i, j), refs, opt, masked)
+    def step(block, masked):
+        q, k, do, p, ds = _tile_grads(config, prefetch[0], (b, n, block, j), refs, opt, masked)
         dk_ref, dv_ref, *dw_ref = outputs
         dk, dw = config.tile_score.grad_k_w(ds, q, k, opt.w)
         dk_ref[...] += dk
@@ -525,10 +654,11 @@ def _dkv_kernel(config, info_ref, *refs):
         if dw_ref:
             dw_ref[0][...] += dw
 
-    _when_visited(config, _query_range(config, info_ref, b, j, pl.num_programs(4)), i, step)
+    _when_visited(_query_visit(config, schedule, prefetch, b, n, j, i, pl.num_programs(4)), step)
 
 
-def _dq_kernel(config, info_ref, *refs):
+def _dq_kernel(config, schedule, *refs):
+    prefetch, refs = _split_prefetch(schedule, refs)
     refs, (opt, (dq_ref,)) = refs[:6], _optional_refs(config, refs[6:])
     b, n, i, j = (pl.program_id(axis) for axis in range(4))
 
@@ -536,25 +666,26 @@ def _dq_kernel(config, info_ref, *refs):
     def _():
         dq_ref[...] = jnp.zeros(dq_ref.shape, jnp.float32)
 
-    def step(masked):
-        q, k, _, _, ds = _tile_grads(config, info_ref, (b, n, i, j), refs, opt, masked)
+    def step(block, masked):
+        q, k, _, _, ds = _tile_grads(config, prefetch[0], (b, n, i, block), refs, opt, masked)
         dq_ref[...] += config.tile_score.grad_q(ds, q, k, opt.w)
 
-    _when_visited(config, _key_range(config, info_ref, b, i, pl.num_programs(3)), j, step)
+    _when_visited(_key_visit(config, schedule, prefetch, b, n, i, j, pl.num_programs(3)), step)
 
 
-def _call(config, kernel, grid, in_specs, out_specs, out_shape, scratch, *args):
-    """``pallas_call`` with ``info`` scalar-prefetched; the last two grid axes reduce. Without
-    an explicit ``config.interpret``, the platform the call is lowered for decides: the
-    Mosaic kernel for TPU, Pallas' interpreter elsewhere (effect-free, unlike TPU interpret
-    mode, so that ``jax.export(..., platforms=["tpu"])`` can drop its branch)."""
+def _call(config, schedule, kernel, grid, in_specs, out_specs, out_shape, scratch, *args):
+    """``pallas_call`` with ``info`` (and the flattened ``schedule`` when there is one: the
+    first ``args``) scalar-prefetched; the last two grid axes reduce. Without an explicit
+    ``config.interpret``, the platform the call is lowered for decides: the Mosaic kernel
+    for TPU, Pallas' interpreter elsewhere (effect-free, unlike TPU interpret mode, so that
+    ``jax.export(..., platforms=["tpu"])`` can drop its branch)."""
     semantics = ("parallel",) * (len(grid) - 2) + ("arbitrary",) * 2
 
     def run(interpret):
         return pl.pallas_call(
-            functools.partial(kernel, config),
+            functools.partial(kernel, config, schedule),
             grid_spec=pltpu.PrefetchScalarGridSpec(
-                num_scalar_prefetch=1,
+                num_scalar_prefetch=1 if schedule is None else 2,
                 grid=grid,
                 in_specs=in_specs,
                 out_specs=out_specs,
@@ -571,16 +702,28 @@ def _call(config, kernel, grid, in_specs, out_specs, out_shape, scratch, *args):
     return jax.lax.platform_dependent(*args, tpu=run(False), default=run(True))
 
 
-def _forward(config, mods, q, k, v, w, info, segments):
+def _prefetched(info, tables, which, batch, heads):
+    """``(Schedule or None, the scalar-prefetched arrays)``: ``info``, and the schedule
+    ``tables[which]`` (0: per query block, 1: per key block) flattened, when there is one."""
+    if tables is None:
+        return None, (info,)
+    table = tables[which]
+    return Schedule(table.shape, batch, heads), (info, table.reshape(-1))
+
+
+def _forward(config, mods, q, k, v, w, info, segments, tables):
     batch, num_heads, tq, _ = q.shape
     hv, nk = v.shape[-1], k.shape[2] // config.blocks.block_k
     bq = config.blocks.block_q
-    specs = _query_grid(config, (q.shape[-1], hv), nk)
+    schedule, prefetch = _prefetched(info, tables, 0, batch, num_heads)
+    steps = nk if config.steps is None else config.steps[0]
+    specs = _query_grid(config, schedule, (q.shape[-1], hv), nk)
     optional, optional_specs = _optional_inputs(specs, w, segments, mods)
     out, lse = _call(
         config,
+        schedule,
         _forward_kernel,
-        (batch, num_heads, tq // bq, nk),
+        (batch, num_heads, tq // bq, steps),
         [specs["q"], specs["k"], specs["v"], *optional_specs],
         [specs["do"], specs["row"]],
         [
@@ -588,7 +731,7 @@ def _forward(config, mods, q, k, v, w, info, segments):
             jax.ShapeDtypeStruct((batch, num_heads, tq, LANES), jnp.float32),
         ],
         [pltpu.VMEM((bq, LANES), jnp.float32)] * 2 + [pltpu.VMEM((bq, hv), jnp.float32)],
-        info,
+        *prefetch,
         q,
         k,
         v,
@@ -606,40 +749,46 @@ def flash(
     w: Float[Array, "B N 1 D"] | None,
     info: Int[Array, "B 4"],
     segments: tuple[Int[Array, "B Tp 128"], Int[Array, "B 8 Sp"]] | None,
+    tables: tuple[Int[Array, "B1 N1 Tq P"], Int[Array, "B1 N1 Sk P2"]] | None,
     mods: tuple[Shaped[Array, "..."], ...],
 ) -> tuple[Float[Array, "B N Tp Hv"], Float[Array, "B N Tp"]]:
     """``(output, lse)`` of the prepared inputs (padded, heads second), differentiable in
     ``q``, ``k``, ``v`` and the additive score vector ``w`` (``None`` for the dot family);
     ``info`` rows are (causal offset, query length, key length, 0); ``segments`` the segment
-    ids replicated over lanes and sublanes, or ``None``; ``mods`` the mod parameters' leaves
-    (0-d ones as ``[1]``; their gradients come from :func:`with_mod_gradients`)."""
-    return _batch_folded(functools.partial(_forward, config))(mods, q, k, v, w, info, segments)
+    ids replicated over lanes and sublanes, or ``None``; ``tables`` the tile schedules per
+    query block and per key block (``config.steps`` set), or ``None``; ``mods`` the mod
+    parameters' leaves (0-d ones as ``[1]``; their gradients come from
+    :func:`with_mod_gradients`)."""
+    forward = _batch_folded(functools.partial(_forward, config))
+    return forward(mods, q, k, v, w, info, segments, tables)
 
 
-def _flash_fwd(config, q, k, v, w, info, segments, mods):
-    out, lse = _batch_folded(functools.partial(_forward, config))(mods, q, k, v, w, info, segments)
-    return (out, lse), (mods, q, k, v, w, info, segments, out, lse)
+def _flash_fwd(config, q, k, v, w, info, segments, tables, mods):
+    forward = _batch_folded(functools.partial(_forward, config))
+    out, lse = forward(mods, q, k, v, w, info, segments, tables)
+    return (out, lse), (mods, q, k, v, w, info, segments, tables, out, lse)
 
 
 def _flash_bwd(config, residuals, cotangents):
     grads = _batch_folded(functools.partial(_backward, config))(*residuals, *cotangents)
-    return *grads, None, None, None
+    return *grads, None, None, None, None
 
 
-def _backward(config, mods, q, k, v, w, info, segments, out, lse, d_out, d_lse):
+def _backward(config, mods, q, k, v, w, info, segments, tables, out, lse, d_out, d_lse):
     """``(dq, dk, dv, dw)``: the dK/dV kernel (and each key block's share of ``dw``), then
     the dQ kernel."""
     batch, num_heads, tq, _ = q.shape
     num_kv, ts = k.shape[1], k.shape[2]
     nq, nk = tq // config.blocks.block_q, ts // config.blocks.block_k
+    key_steps, query_steps = (nk, nq) if config.steps is None else config.steps
     delta = jnp.einsum("bnth,bnth->bnt", d_out.astype(jnp.float32), out.astype(jnp.float32))
     rows = lambda x: jnp.broadcast_to(x[..., None], (*x.shape, LANES))  # noqa: E731
-    args = (info, q, k, v, d_out, rows(lse))
-    args = (*args, rows(delta - d_lse))
+    args = (q, k, v, d_out, rows(lse), rows(delta - d_lse))
     names = ("q", "k", "v", "do", "row", "row")
     shapes = (q.shape[-1], v.shape[-1])
 
-    specs = _key_grid(config, shapes, nq)
+    schedule, prefetch = _prefetched(info, tables, 1, batch, num_heads)
+    specs = _key_grid(config, schedule, shapes, nq)
     optional, optional_specs = _optional_inputs(specs, w, segments, mods)
     out_specs, out_shape = [specs["k"], specs["v"]], [k.shape, v.shape]
     if w is not None:  # per key block (a parallel axis), summed below; group is 1 here
@@ -648,25 +797,30 @@ def _backward(config, mods, q, k, v, w, info, segments, out, lse, d_out, d_lse):
         out_shape.append((batch, num_kv, nk, *w.shape[2:]))
     dk, dv, *dw = _call(
         config,
+        schedule,
         _dkv_kernel,
-        (batch, num_kv, nk, config.group, nq),
+        (batch, num_kv, nk, config.group, query_steps),
         [specs[n] for n in names] + optional_specs,
         out_specs,
         [jax.ShapeDtypeStruct(shape, jnp.float32) for shape in out_shape],
         [],
+        *prefetch,
         *args,
         *optional,
     )
-    specs = _query_grid(config, shapes, nk)
+    schedule, prefetch = _prefetched(info, tables, 0, batch, num_heads)
+    specs = _query_grid(config, schedule, shapes, nk)
     optional, optional_specs = _optional_inputs(specs, w, segments, mods)
     dq = _call(
         config,
+        schedule,
         _dq_kernel,
-        (batch, num_heads, nq, nk),
+        (batch, num_heads, nq, key_steps),
         [specs[n] for n in names] + optional_specs,
         specs["q"],
         jax.ShapeDtypeStruct(q.shape, jnp.float32),
         [],
+        *prefetch,
         *args,
         *optional,
     )
