@@ -13,17 +13,19 @@ from attnjax.chunked import chunked_attention
 from attnjax.dense import dense_attention
 from attnjax.masks import BlockMask
 from attnjax.pallas import pallas_attention, triton_backend, unsupported
+from attnjax.pallas.platform import platform_attention
 from attnjax.pallas.tpu import tpu_attention
 from attnjax.tiling import BlockSizes
 
 IMPLEMENTATIONS = {
     "xla": dense_attention,
     "chunked": chunked_attention,
-    "pallas": pallas_attention,
+    "pallas": platform_attention,
+    "pallas_triton": pallas_attention,
     "pallas_tpu": tpu_attention,
     "cudnn": None,  # jax.nn.dot_product_attention(implementation="cudnn"), see _cudnn
 }
-TILED = ("chunked", "pallas", "pallas_tpu")
+TILED = ("chunked", "pallas", "pallas_triton", "pallas_tpu")
 # implementation=None on CPU: dense below this many logits per (batch, head), chunked from it
 # on. Measured with benchmarks/attention.py (docs/performance.md).
 CHUNKED_MIN_LOGITS = 512 * 512
@@ -95,12 +97,16 @@ def attention(
     with no visible key (``jax.nn``: a large finite negative).
 
     ``implementation``: ``"xla"`` (dense: materializes the logits), ``"chunked"`` (online
-    softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (Pallas
-    kernels for the named dot-product and additive scores, structured masks only),
-    ``"pallas_tpu"`` (the Mosaic TPU flash kernel when lowered for TPU, Pallas' interpreter on
-    CPU (slow: for tests), refused on a GPU (use ``"pallas"``): float32 or bfloat16,
-    dot-family and additive scores, causal with offset, windows, lengths, segment ids, score
-    and mask mods; no block masks yet), ``"cudnn"`` (``jax.nn``'s cuDNN kernel: GPU,
+    softmax over tiles in XLA, O(T) memory forward and backward), ``"pallas"`` (the Pallas
+    kernel of the platform the call is lowered for, chosen when lowered: the Triton kernel for
+    GPU, the Mosaic kernel for TPU, on CPU the Triton kernels in Pallas interpret mode; so
+    ``jax.export(..., platforms=["tpu"])`` on a CPU, under an abstract TPU device, holds the
+    Mosaic kernel; a call one kernel refuses raises when lowered for it), ``"pallas_triton"``
+    (the Triton flash kernels, Pallas interpret mode off GPU: the named dot-product and additive
+    scores, structured masks and mods, block masks), ``"pallas_tpu"`` (the Mosaic TPU flash
+    kernel when lowered for TPU, Pallas' interpreter on CPU (slow: for tests), refused on a GPU:
+    float32 or bfloat16, dot-family and additive scores, causal with offset, windows, lengths,
+    segment ids, score and mask mods, block masks), ``"cudnn"`` (``jax.nn``'s cuDNN kernel: GPU,
     ``dot``/``scaled_dot``, no mods) or ``None``: :func:`choose_implementation` decides.
     Tiled implementations never form the weights, so ``return_weights=True`` with them is an
     error. ``block_sizes`` (:class:`attnjax.BlockSizes`) sets their tiles; each has defaults.

@@ -48,15 +48,19 @@ def pallas_attention(
     key: Float[Array, "B S K H"],
     value: Float[Array, "B S K Hv"],
     call: AttentionCall,
+    interpret: bool | None = None,
 ) -> tuple[Float[Array, "B T N Hv"], None, Float[Array, "B N T"]]:
     """Attention on already validated inputs: ``(output, None, log-sum-exp)``.
 
     Same contract as :func:`attnjax.chunked.chunked_attention`. Block sizes must be powers of
     two (Triton); they are clamped to the next power of two of each sequence length, which is
-    padded to whole blocks inside.
+    padded to whole blocks inside. ``interpret``: ``None`` compiles the kernels on a GPU (its
+    mods checked first by :func:`lowering_error`) and interprets them elsewhere; ``True`` or
+    ``False`` forces either, unchecked (:mod:`attnjax.pallas.platform` checks when lowered).
     """
-    interpret = jax.default_backend() != "gpu"
-    reason = unsupported(call) or (None if interpret else lowering_error(call))
+    checked = interpret is None
+    interpret = jax.default_backend() != "gpu" if checked else interpret
+    reason = unsupported(call) or (lowering_error(call) if checked and not interpret else None)
     if reason is not None:
         raise ValueError(reason)
     tile_score = TILE_SCORES[call.score_name]
