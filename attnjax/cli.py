@@ -327,15 +327,15 @@ def claims(args: argparse.Namespace) -> None:
 
 @_usage_errors
 def audit(args: argparse.Namespace) -> None:
-    """Audit the verdict rule of each trained sweep with a committed record (``results/<name>/
-    results.csv``), or of the experiments named: the verdicts it can reach, the bootstrap
-    agreement of its committed verdict, its edge learning rates, the smallest margin of its
-    decisive comparisons in standard errors, its checks and its can/does parts
-    (:mod:`attnjax.experiment.audit`); print the table."""
+    """Audit the verdict rule of each experiment with a committed record (``results/<name>/
+    results.csv``; trained sweeps and analyses), or of the experiments named: the verdicts it
+    can reach, the bootstrap agreement of its committed verdict, its edge learning rates, the
+    smallest margin of its decisive comparisons in standard errors, its checks and its can/does
+    parts (:mod:`attnjax.experiment.audit`); print the table, a row per claim."""
     root = _claims_root(args.root)
 
     def progress(name: str) -> None:
-        print(f"auditing {name} ({args.draws} bootstrap draws)", file=sys.stderr)
+        print(f"auditing {name}", file=sys.stderr)
 
     audits = experiment_audit.audit_records(root, args.experiments, args.draws, progress)
     print(experiment_audit.audit_table(audits))
@@ -433,13 +433,18 @@ def main(argv: list[str] | None = None) -> None:
         help="exit 1 if a block is out of date or a record's report.md is not what its tables give",
     )  # fmt: skip
     sub = commands.add_parser(
-        "audit", help="can each trained sweep's rule come out either way; is its verdict fragile"
+        "audit", help="can each record's rule come out either way; is its verdict fragile"
     )
     sub.add_argument("experiments", nargs="*", help="names under results/ (default: all)")
     sub.add_argument(
         "--root", type=Path, help="the repository (default: the one holding the current folder)"
     )
-    sub.add_argument("--draws", type=_positive, default=1000, help="bootstrap draws (fixed key)")
+    sub.add_argument(
+        "--draws",
+        type=_positive,
+        default=1000,
+        help="bootstrap draws of a trained sweep (fixed key)",
+    )
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     if getattr(args, "tensorboard", False):

@@ -104,6 +104,7 @@ UNIFORM = 0.9  # the init Check: entropy / log S near uniform at or above
 SCALE = 10.0  # the init scale control: the same weights with v × SCALE
 EFFECT = 0.05  # (b), (c2): the declared effect on a saturated or dead fraction
 ACCURACY_MARGIN = 0.02  # (c3): accuracy not lost by more than this
+AUDIT_KEYS = ("best rate",)  # audit: a chosen rate identifies a row, as learning_rate
 STATS = ("entropy / log S", "saturated", "dead per query", "dead for every input")
 SCALED = f"entropy / log S, v × {SCALE:g}"  # reported at initialization only
 SHIFTED = "additive_retrieval_shifted"

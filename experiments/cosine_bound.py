@@ -60,6 +60,8 @@ PILOT_SEEDS = (0, 1, 2, 3, 4, 100, 101, 102)  # the first record's; this design'
 RATES = AutoRates((3e-3, 1e-2, 3e-2), factor=3.0, bounds=(1e-4, 0.3))
 SOLVED = 0.9  # test accuracy that counts as solving the task (chance 1/8)
 DRAWS = 1000  # seed-bootstrap draws of the verdict (reported)
+AUDIT_DRAWS = 10  # audit: perturbed tables, seed draws (each report bootstraps 1000)
+AUDIT_KEYS = ("initial_scale",)  # audit: the saved config's start, which a Check compares
 FIXED_ONE = "fixed g = 1"
 LEARN_ONE = "learnable from g = 1"
 COLUMNS = [

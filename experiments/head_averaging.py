@@ -54,6 +54,7 @@ MIN_KEYS = 8  # rows with fewer visible keys (causal) are left out: 1/MIN_KEYS <
 SHARP_ROWS = 0.1  # rows with ≥ 2 sharp heads must be ≥ 10% of rows (lower bound) to judge
 CREATED, NONE = 0.25, 0.05  # supported above (lower bound), refuted below (upper bound)
 DRAWS = 1000  # seed-bootstrap draws of the verdict (reported)
+AUDIT_DRAWS = 40  # audit: perturbed tables, seed draws (each report bootstraps 1000)
 
 
 def modes(weights: np.ndarray) -> np.ndarray:

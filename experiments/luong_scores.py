@@ -75,6 +75,7 @@ STEPS = {"copy": 600, "mqar": 1200}  # set by the second pilot (see the docstrin
 PILOT_SEEDS = (100, 101, 102, 103, 200, 201, 202)  # first pilot (old model), second pilot
 RATES = AutoRates((1e-2, 3e-2), factor=3.0, bounds=(1e-4, 0.3))
 DRAWS = 1000  # seed-bootstrap draws of the verdict (reported)
+AUDIT_DRAWS = 20  # audit: perturbed tables, seed draws (each report bootstraps 1000)
 FRAGILE_BELOW = 0.9  # bootstrap agreement under which the verdict is reported fragile
 MARGIN = 0.02  # equivalence margin: this fraction of the task's chance-level loss ln(1/chance)
 DOT, GENERAL = {"model.score": "dot"}, {"model.score": "bilinear"}

@@ -37,6 +37,7 @@ SEEDS, LENGTH_FACTORS = 5, (1, 2, 4)
 WORKS, FAILS = 0.5, 0.1  # share of the gap from "no positions" to the optimal accuracy
 UNIFORM, COLLAPSED = 0.8, 0.9  # least entropy / log(t + 1); least max weight
 STATS = ("entropy / log(t+1)", "max weight", "weight on t−1")
+AUDIT_DRAWS = 10  # audit: perturbed tables, seed draws (each report builds a model)
 
 
 def attention_stats(weights: Float[Array, "B N T T"]) -> dict[str, float]:

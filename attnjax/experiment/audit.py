@@ -19,25 +19,31 @@ either way, and does the committed verdict survive resampling its seeds?
   argument, or rests on training alone; a rule that can give *refuted* for a *can* part of the
   last kind is flagged ``can-refuted-by-training`` (:mod:`attnjax.experiment.parts`).
 
-Analysis experiments (measurements of ``analyze``) are not audited here.
+An analysis (an experiment's ``analyze``, judged by ``report_from_rows``) is audited on its
+tables (:mod:`attnjax.experiment.analysis_audit`): reachability on perturbed copies of its
+measurements, and fragility where its tables have a seed axis (else *deterministic*).
 """
 
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from attnjax.experiment.analysis_audit import audit_analysis
 from attnjax.experiment.margins import Comparison, decisive, smallest
 from attnjax.experiment.parts import Part, checks_text, run_checks, witness_result
+from attnjax.experiment.recompute import CSV_FILES
 from attnjax.experiment.record import read_rows
 from attnjax.experiment.report import METRIC_RANGES, mean_ci95
 from attnjax.experiment.sweep import VERDICTS, Experiment, Stats, Summary, summarize
 
 FRAGILE_BELOW = 0.9  # bootstrap agreement under which a verdict is fragile
 SYNTHETIC_DRAWS = 400  # random synthetic summaries per reachability check
+ANALYSIS_DRAWS = 200  # perturbed tables and seed resamplings per analysis (AUDIT_DRAWS: fewer)
 TIED_LEVELS = 101  # levels at which every point is tied (steps of 1% of the metric's range)
 
 
@@ -48,12 +54,13 @@ class Audit:
     claim_id: str
     verdict: str  # the rule's verdict on the committed summary
     reachable: tuple[str, ...]  # the verdicts the rule gives on synthetic summaries
-    agreement: float  # share of bootstrap draws with the committed verdict
-    draws: int
+    agreement: float | None  # share of bootstrap draws with the committed verdict (None:
+    draws: int  # a deterministic analysis, no seed axis)
     edges: tuple[str, ...]  # points whose chosen learning rate is at an edge of its grid
     margins: tuple[Comparison, ...] = ()  # the decisive comparisons
     checks: tuple[tuple[str, bool], ...] = ()  # (name, passed) per declared check
     parts: tuple["PartAudit", ...] = ()
+    raised: tuple[int, int] = (0, 0)  # an analysis: perturbed tables the rule raised on, of all
 
     @property
     def margin(self) -> Comparison | None:
@@ -64,13 +71,15 @@ class Audit:
     def flags(self) -> tuple[str, ...]:
         never = {"unrefutable": "refuted", "unsupportable": "supported"}
         flags = [flag for flag, v in never.items() if v not in self.reachable]
-        if self.agreement < FRAGILE_BELOW:
+        if self.agreement is not None and self.agreement < FRAGILE_BELOW:
             flags.append("fragile")
         if self.edges:
             flags.append("edge")
         if not all(passed for _, passed in self.checks):
             flags.append("check-failed")
         flags += [f"can-refuted-by-training ({p.name})" for p in self.parts if p.refutable]
+        if self.raised[1] and self.raised[0] == self.raised[1]:
+            flags.append("raises-on-every-perturbation")
         return tuple(flags)
 
 
@@ -187,23 +196,42 @@ def _verdict(rule: Callable[[Summary], tuple[str, str]], summary: Summary) -> st
     return verdict
 
 
-def audit_table(audits: dict[str, Audit]) -> str:
-    """A markdown table: one row per audited experiment."""
+def audit_table(audits: Mapping[str, Audit | Sequence[Audit]]) -> str:
+    """A markdown table: one row per audited experiment and claim."""
     rows = ["| experiment | claim | verdict | reachable | bootstrap agreement | smallest margin "
             "| checks | parts | flags |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name, a in audits.items():
-        rows.append(
-            f"| {name} | {a.claim_id} | {a.verdict} | {', '.join(a.reachable)} | "
-            f"{a.agreement:.1%} of {a.draws} | {margin_text(a)} | "
-            f"{checks_text(a.checks) or '–'} | {'; '.join(map(str, a.parts)) or '–'} | "
-            f"{', '.join(a.flags) or '–'} |"
-        )
+    for name, found in audits.items():
+        for a in (found,) if isinstance(found, Audit) else found:
+            rows.append(
+                f"| {name} | {a.claim_id} | {a.verdict} | {reachable_text(a)} | "
+                f"{agreement_text(a)} | {margin_text(a)} | "
+                f"{checks_text(a.checks) or '–'} | {'; '.join(map(str, a.parts)) or '–'} | "
+                f"{', '.join(a.flags) or '–'} |"
+            )
     return "\n".join(rows) + "\n"
+
+
+def reachable_text(a: Audit) -> str:
+    """The reachable verdicts; for an analysis, of how many perturbed tables and on how many
+    the rule raised."""
+    text = ", ".join(a.reachable)
+    raised, tried = a.raised
+    if tried:
+        text += f" (of {tried} perturbed tables" + (f"; raised on {raised})" if raised else ")")
+    return text
+
+
+def agreement_text(a: Audit) -> str:
+    if a.agreement is None:
+        return "deterministic (no seed axis)"
+    return f"{a.agreement:.1%} of {a.draws}"
 
 
 def margin_text(a: Audit) -> str:
     """``"0.29 SE: <comparison>"`` for the smallest decisive margin; why there is none."""
     c = a.margin
+    if a.raised[1]:
+        return "– (an analysis)"
     if c is None:
         return "– (no traced comparison decides it)" if not a.margins else "– (one seed)"
     size = "∞" if math.isinf(c.margin) else f"{c.margin:.2f}"
@@ -211,14 +239,22 @@ def margin_text(a: Audit) -> str:
 
 
 def audited(root: Path) -> list[str]:
-    """The trained sweeps with a committed record under ``root``: ``results/<name>/results.csv``
-    beside ``experiments/<name>.py`` that defines ``get_experiment()``."""
+    """The experiments with a committed record under ``root``: ``results/<name>/`` holding
+    ``results.csv`` beside ``experiments/<name>.py`` that defines ``get_experiment()`` (a trained
+    sweep) or ``analyze`` (an analysis; some define both)."""
     names = []
     for table in sorted((root / "results").glob("*/results.csv")):
         path = root / "experiments" / f"{table.parent.name}.py"
-        if path.is_file() and "def get_experiment(" in path.read_text():
+        if path.is_file() and _kinds(path.read_text()):
             names.append(table.parent.name)
     return names
+
+
+def _kinds(source: str) -> tuple[str, ...]:
+    """``"analysis"`` (it defines ``analyze``) and ``"sweep"`` (``get_experiment``), in the
+    order their sections stand in its report."""
+    kinds = {"analysis": "def analyze(", "sweep": "def get_experiment("}
+    return tuple(kind for kind, marker in kinds.items() if marker in source)
 
 
 def audit_records(
@@ -226,31 +262,62 @@ def audit_records(
     names: Sequence[str] = (),
     draws: int = 1000,
     progress: Callable[[str], None] | None = None,
-) -> dict[str, Audit]:
-    """The audit of each named committed record (default: every :func:`audited` one); every
-    name is checked before any is audited; ``progress(name)`` before each."""
+) -> dict[str, tuple[Audit, ...]]:
+    """The audits of each named committed record (default: every :func:`audited` one), one per
+    claim it judges: its analysis's claims (``ANALYSIS_DRAWS`` draws unless the experiment file
+    declares ``AUDIT_DRAWS``), then its trained sweep's (``draws``); every name is checked
+    before any is audited; ``progress(name)`` before each."""
     names = list(names or audited(root))
     for name in names:
         path, table = root / "experiments" / f"{name}.py", root / "results" / name / "results.csv"
         if not path.is_file() or not table.is_file():
             raise ValueError(f"experiment: {name} needs experiments/{name}.py and {table}")
-        if "def get_experiment(" not in path.read_text():
-            raise ValueError(f"experiment: {name} is an analysis (no get_experiment())")
+        if not _kinds(path.read_text()):
+            raise ValueError(f"experiment: {name} defines neither analyze nor get_experiment()")
     found = {}
     for name in names:
         if progress is not None:
             progress(name)
-        path, table = root / "experiments" / f"{name}.py", root / "results" / name / "results.csv"
-        found[name] = _audit_record(str(path), path.read_text(), table.read_text(), draws)
+        path, folder = root / "experiments" / f"{name}.py", root / "results" / name
+        texts = tuple((n, (folder / n).read_text()) for n in CSV_FILES if (folder / n).is_file())
+        found[name] = _audit_record(str(path), path.read_text(), texts, draws)
     return found
 
 
 @functools.cache
-def _audit_record(path: str, source: str, table: str, draws: int) -> Audit:
-    """One record's audit, cached by the experiment's source and table (``source`` and
-    ``table`` are the cache key; a test or a check that audits them again gets it free)."""
+def _audit_record(
+    path: str, source: str, tables: tuple[tuple[str, str], ...], draws: int
+) -> tuple[Audit, ...]:
+    """One record's audits, cached by the experiment's source and its tables' texts (the cache
+    key; a test or a check that audits them again gets them free)."""
     from attnjax.experiment import load_file  # the package imports this module
 
-    experiment = load_file(path).get_experiment()
-    rows = read_rows(Path(path).parents[1] / "results" / Path(path).stem / "results.csv")
-    return audit(experiment, summarize(experiment, rows)[0], draws=draws)
+    module, folder = load_file(path), Path(path).parents[1] / "results" / Path(path).stem
+    found = []
+    for kind in _kinds(source):
+        if kind == "analysis":
+            found += analysis_audits(module, {n: read_rows(folder / n) for n, _ in tables})
+        else:
+            experiment = module.get_experiment()
+            rows = read_rows(folder / "results.csv")
+            found.append(audit(experiment, summarize(experiment, rows)[0], draws=draws))
+    return tuple(found)
+
+
+def analysis_audits(module: Any, tables: dict[str, list[dict]]) -> list[Audit]:
+    """The audit of each claim of ``module``'s ``report_from_rows`` on ``tables``, with the
+    module's optional ``AUDIT_KEYS``, ``AUDIT_MEASURED`` and ``AUDIT_DRAWS``."""
+    draws = getattr(module, "AUDIT_DRAWS", ANALYSIS_DRAWS)
+    found = audit_analysis(
+        lambda t: module.report_from_rows(t).verdicts,
+        tables,
+        count=draws,
+        draws=draws,
+        keys=getattr(module, "AUDIT_KEYS", ()),
+        measured=getattr(module, "AUDIT_MEASURED", ()),
+    )
+    return [
+        Audit(claim, a["verdict"], tuple(v for v in VERDICTS if v in a["reachable"]),
+              a["agreement"], a["draws"], (), raised=(a["raised"], a["tried"]))
+        for claim, a in found.items()
+    ]  # fmt: skip

@@ -10,8 +10,9 @@ Failed training is evidence that training did not find parameters, not that none
 training alone, and the audit flags a rule that can refute one (``can-refuted-by-training``).
 """
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 KINDS = ("can", "does")
@@ -56,14 +57,36 @@ class Part:
             raise ValueError(f"part {self.name!r}: a witness or impossibility is for a can part")
 
 
+_reused: dict[Callable[[], bool], bool] | None = None  # set by reusing_checks()
+
+
+@contextlib.contextmanager
+def reusing_checks() -> Iterator[None]:
+    """While active, a check whose test captures nothing (a function with no closure, so it
+    cannot see the rows a report is recomputed from) runs once and its result is reused: the
+    audit recomputes an analysis's report on hundreds of perturbed tables."""
+    global _reused
+    outer, _reused = _reused, {} if _reused is None else _reused
+    try:
+        yield
+    finally:
+        _reused = outer
+
+
 def run_checks(checks: tuple[Check, ...]) -> tuple[tuple[str, bool], ...]:
     """``(name, passed)`` per check; a check that raises fails."""
     results = []
     for check in checks:
-        try:
-            passed = bool(check.test())
-        except Exception:  # a check that cannot run does not pass
-            passed = False
+        reuse = _reused is not None and getattr(check.test, "__closure__", 0) is None
+        if reuse and check.test in _reused:
+            passed = _reused[check.test]
+        else:
+            try:
+                passed = bool(check.test())
+            except Exception:  # a check that cannot run does not pass
+                passed = False
+            if reuse:
+                _reused[check.test] = passed
         results.append((check.name, passed))
     return tuple(results)
 

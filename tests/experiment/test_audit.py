@@ -98,12 +98,17 @@ def test_a_committed_record_recomputes_its_verdict_and_is_audited(capsys):
     assert row and f"| {verdict} |" in row[0]
 
 
-def test_audit_refuses_an_analysis_experiment_in_one_line(capsys):
+def test_audit_takes_an_analysis_and_refuses_an_unknown_name_in_one_line(capsys):
+    """temperature (an analysis, no seeds) is audited as deterministic; a name without an
+    experiment file exits 2 with one line."""
+    cli.main(["audit", "temperature", "--root", str(ROOT)])
+    row = [line for line in capsys.readouterr().out.splitlines() if "| temperature |" in line]
+    assert row and "| S5 |" in row[0] and "deterministic (no seed axis)" in row[0]
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["audit", "activation", "--root", str(ROOT)])
+        cli.main(["audit", "no_such_experiment", "--root", str(ROOT)])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "needs experiments/activation.py and" in err or "is an analysis" in err
+    assert "needs experiments/no_such_experiment.py and" in err
 
 
 def test_margins_are_the_decisive_comparisons_in_paired_standard_errors(smoke_config):
