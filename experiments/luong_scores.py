@@ -75,7 +75,6 @@ STEPS = {"copy": 600, "mqar": 1200}  # set by the second pilot (see the docstrin
 PILOT_SEEDS = (100, 101, 102, 103, 200, 201, 202)  # first pilot (old model), second pilot
 RATES = AutoRates((1e-2, 3e-2), factor=3.0, bounds=(1e-4, 0.3))
 DRAWS = 1000  # seed-bootstrap draws of the verdict (reported)
-AUDIT_DRAWS = 20  # audit: perturbed tables, seed draws (each report bootstraps 1000)
 FRAGILE_BELOW = 0.9  # bootstrap agreement under which the verdict is reported fragile
 MARGIN = 0.02  # equivalence margin: this fraction of the task's chance-level loss ln(1/chance)
 DOT, GENERAL = {"model.score": "dot"}, {"model.score": "bilinear"}
@@ -345,16 +344,32 @@ def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
     return _report(rows)[0]
 
 
+def verdicts_from_rows(tables: dict[str, list[dict]]) -> dict[str, tuple[str, str]]:
+    """The verdict of :func:`report_from_rows` alone (the audit's rule: no tables, no
+    bootstrap)."""
+    rows, outcomes = tables["results.csv"], {}
+    for name in TASKS:
+        v = _task([r for r in rows if r["task"] == name], name, smoke=False)[2]
+        outcomes[name] = outcome(v, margin(name))
+    return {"S3": verdict(outcomes)}
+
+
+def _task(rows: list[dict], name: str, smoke: bool) -> tuple[Summary, dict[str, float], Paired]:
+    """One task's summary, each point's chosen rate (by label) and the paired values there."""
+    summary, _ = summarize(experiment(name, smoke), rows)
+    points = (DOT, GENERAL)
+    rates = {n: summary[p].learning_rate for n, p in zip(labels(points), points, strict=True)}
+    return summary, rates, paired(rows, rates)
+
+
 def _report(rows: list[dict], smoke: bool = False) -> tuple[record.Analysis, dict[str, Summary]]:
     table, summaries, values, outcomes, margins = [], {}, {}, {}, {}
     names = labels((DOT, GENERAL))
     for name in TASKS:
         task_rows = [r for r in rows if r["task"] == name]
-        summaries[name], _ = summarize(experiment(name, smoke), task_rows)
+        summaries[name], rates, v = _task(task_rows, name, smoke)
+        values[name], delta = v, margin(name)
         dot, general = (summaries[name][p] for p in (DOT, GENERAL))
-        rates = dict(zip(names, (dot.learning_rate, general.learning_rate), strict=True))
-        values[name] = v = paired(task_rows, rates)
-        delta = margin(name)
         outcomes[name], margins[name] = outcome(v, delta), decisive_margin(v, delta)
         low, high = paired_lower(v.dot, v.general), paired_upper(v.dot, v.general)
         accuracy = {n: np.mean([r["test_accuracy"] for r in task_rows

@@ -5,8 +5,9 @@ on the record's ``analysis.csv``/``results.csv``), as a referee would run it.
   (:func:`key_columns`); every other numeric column is a measurement.
 - **Reachability**: the verdicts of ``report_from_rows`` on perturbed copies of the tables it
   reads: every measurement moved toward either end of its widened range, tied at levels across
-  it, permuted across rows (which breaks trends and pairings), drawn uniformly or at the ends;
-  each column alone and all together. A perturbation on which the rule raises is counted, not
+  it, permuted across rows (which breaks trends and pairings), drawn uniformly or at the ends,
+  shifted by a random effect per point (which moves the differences paired rules judge); each
+  column alone and all together. A perturbation on which the rule raises is counted, not
   judged.
 - **Fragility**: where a table the rule reads has a seed axis, the seeds are resampled with
   replacement (the same draw for every row group: a row takes the measurements of the row with
@@ -139,9 +140,11 @@ def perturbations(
     measurements moved toward either end (:data:`SCALED`) and tied at :data:`TIED_LEVELS`
     levels; each column alone at either end; each measurement with an interval (``X``,
     ``X_low``, ``X_high``) tied at each level with its interval; each column of events (a
-    step, or empty where none happened) given another's events; then, in turn, every column (or
-    one column at a time) permuted across rows, drawn uniformly over its widened range, or drawn
-    at its ends."""
+    step, or empty where none happened) given another's events; then, in turn, every column, a
+    random half of them or one column permuted across rows, drawn uniformly over its widened
+    range, drawn at its ends, or shifted by an effect per point (every row of a point moved by
+    one offset drawn within half the range: the differences between points that paired rules
+    judge)."""
     columns = [
         _Column(t, c, rows)
         for t, rows in tables.items()
@@ -172,6 +175,15 @@ def perturbations(
     def ends(col: _Column) -> list:
         return col.drawn(rng, lambda n: np.where(rng.random(n) < 0.5, col.low, col.high))
 
+    def shifted(col: _Column) -> list:  # an effect per point: its rows move together
+        rows = tables[col.table]
+        groups = [str(rows[i].get("point", _identity(rows[i], keys[col.table] - {"seed"})))
+                  for i in col.rows]  # fmt: skip
+        span = (col.high - col.low) / 2
+        offset = {g: rng.uniform(-span, span) for g in dict.fromkeys(groups)}
+        old = [rows[i][col.name] for i in col.rows]
+        return [None if v is None else v + offset[g] for v, g in zip(old, groups, strict=True)]
+
     def each(change: Callable[[_Column], list], cols: Sequence[_Column]) -> Callable[[], dict]:
         return lambda: {(c.table, c.name): (c, change(c)) for c in cols}
 
@@ -183,14 +195,18 @@ def perturbations(
     events = [c for c in columns if c.events]
     plans += [each(lambda c, a=a: [tables[a.table][i][a.name] for i in c.rows], [b])
               for a in events for b in events if a is not b and a.rows == b.rows]  # fmt: skip
-    families = (permuted, uniform, ends)
+    families = (permuted, uniform, ends, shifted)
     for made in range(count):
         if made < len(plans):
             yield _changed(tables, plans[made]())
             continue
         change = families[made % len(families)]
-        every = (made // len(families)) % 2 == 0
-        yield _changed(tables, each(change, columns if every else [rng.choice(columns)])())
+        chosen = [
+            columns,  # every column
+            [c for c in columns if rng.random() < 0.5] or [rng.choice(columns)],  # some
+            [rng.choice(columns)],  # one
+        ][(made // len(families)) % 3]
+        yield _changed(tables, each(change, chosen)())
 
 
 def _intervals(columns: Sequence[_Column]) -> list[list[_Column]]:

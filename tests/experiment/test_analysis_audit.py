@@ -5,6 +5,7 @@ without seeds is deterministic, and a rule that raises is counted."""
 import types
 
 import numpy as np
+import pytest
 
 from attnjax.experiment import record
 from attnjax.experiment.analysis_audit import key_columns
@@ -90,3 +91,29 @@ def test_tables_without_seeds_get_no_agreement_and_raising_is_counted():
 
     (broken,) = analysis_audits(_module(always), {"results.csv": rows})
     assert "raises-on-every-perturbation" in broken.flags
+
+
+def _paired_gap(rows) -> str:
+    """Supported iff b − a, paired by seed, has a one-sided 95% lower bound above 0.05: only
+    moving one point against the other reaches it."""
+    by = {p: np.array([r["value"] for r in rows if r["point"] == p]) for p in "ab"}
+    gap = by["b"] - by["a"]
+    lower = gap.mean() - 2.132 * gap.std(ddof=1) / np.sqrt(len(gap))  # t(0.95, 4)
+    return "supported" if lower > 0.05 else "refuted" if gap.mean() < 0.05 else "inconclusive"
+
+
+def test_a_paired_rule_is_reached_by_an_effect_per_point():
+    """The record ties a and b (refuted); moving whole columns, ties and permutations keep the
+    pairing near 0, so supported needs the per-point shift."""
+    (audit,) = analysis_audits(_module(_paired_gap), _seeded(0.0, 0.05))
+    assert audit.verdict == "refuted" and "supported" in audit.reachable
+
+
+def test_a_fast_rule_must_give_the_reports_verdicts():
+    module = _module(_b_above_a, __name__="constructed")
+    module.verdicts_from_rows = lambda tables: {"X1": ("refuted", "")}
+    with pytest.raises(ValueError, match="verdicts_from_rows"):
+        analysis_audits(module, _seeded(0.3, 0.01))
+    module.verdicts_from_rows = lambda tables: {"X1": (_b_above_a(tables["results.csv"]), "")}
+    (audit,) = analysis_audits(module, _seeded(0.3, 0.01))
+    assert audit.verdict == "supported" and "refuted" in audit.reachable
