@@ -22,7 +22,7 @@ LayerNorm, 600 steps of batch 128 (configs/impostor.py). Points: g fixed at 1 an
 g = 1 (QKNorm's init for L = 2 is log₂ 2 = 1, an initialization Check, and each run's saved
 config is checked). Rates: the grid 0.003–0.03 grown by ×3 (AutoRates, bounds 1e-4–0.3) until
 each point's best validation rate is interior; the report flags an edge. Reported, not judged: a
-seed bootstrap of the verdict (analyses are outside ``attnjax audit``). Record seeds 5–9; seeds
+seed bootstrap of the verdict (as ``attnjax audit`` also runs it). Record seeds 5–9; seeds
 0–4 (the first record) and 100–102 (this design's pilot) are pilot seeds."""
 
 import dataclasses
@@ -60,7 +60,6 @@ PILOT_SEEDS = (0, 1, 2, 3, 4, 100, 101, 102)  # the first record's; this design'
 RATES = AutoRates((3e-3, 1e-2, 3e-2), factor=3.0, bounds=(1e-4, 0.3))
 SOLVED = 0.9  # test accuracy that counts as solving the task (chance 1/8)
 DRAWS = 1000  # seed-bootstrap draws of the verdict (reported)
-AUDIT_DRAWS = 10  # audit: perturbed tables, seed draws (each report bootstraps 1000)
 AUDIT_KEYS = ("initial_scale",)  # audit: the saved config's start, which a Check compares
 FIXED_ONE = "fixed g = 1"
 LEARN_ONE = "learnable from g = 1"
@@ -273,6 +272,30 @@ def _bootstrap(rows: list[dict], verdict: str) -> float:
     ]))  # fmt: skip
 
 
+def verdicts_from_rows(tables: dict[str, list[dict]]) -> dict[str, tuple[str, str]]:
+    """The verdict of :func:`report_from_rows` alone (the audit's rule: no bootstrap)."""
+    return {"S4": _judged(tables["results.csv"])[0]}
+
+
+def _judged(rows: list[dict]) -> tuple[tuple[str, str], list[tuple[str, bool]], int]:
+    """``(verdict, checks, above)``: :func:`judge`'s verdict, inconclusive when a Check fails
+    or ``above`` (the fixed-g = 1 runs whose top weight exceeds the query row's cap) > 0."""
+    query_cap = bound(1.0, KEYS + 1)
+    above = sum(r["max_top_weight"] > query_cap * (1 + 1e-4)
+                for r in rows if r["point"] == FIXED_ONE)  # fmt: skip
+    checks = run_checks((
+        *CHECKS,
+        Check("every run of the record started as its point declares (saved config: learnable "
+              "from 1.0, fixed at 1.0)", lambda: recorded_scales(rows), kind="initialization"),
+    ))  # fmt: skip
+    verdict = judge(rows)
+    if above or not all(ok for _, ok in checks):
+        failed = "a Check failed" if not all(ok for _, ok in checks) else ""
+        found = f"{above} fixed-g = 1 runs above the cap" if above else ""
+        verdict = "inconclusive", f"{' / '.join(filter(None, (failed, found)))}: not evidence."
+    return verdict, checks, above
+
+
 def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
     """The record of :func:`analyze` from its rows (one per point and seed, at the point's
     chosen rate): table, checks, bug detector, edge flags, verdict and reason; the verdict is
@@ -292,18 +315,7 @@ def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:
                       f"{max(r['max_top_weight'] for r in group):.4f}",
                       fmt(*mean_ci95([r["scale"] for r in group]))])  # fmt: skip
     query_cap = bound(1.0, KEYS + 1)
-    above = sum(r["max_top_weight"] > query_cap * (1 + 1e-4)
-                for r in rows if r["point"] == FIXED_ONE)  # fmt: skip
-    checks = run_checks((
-        *CHECKS,
-        Check("every run of the record started as its point declares (saved config: learnable "
-              "from 1.0, fixed at 1.0)", lambda: recorded_scales(rows), kind="initialization"),
-    ))  # fmt: skip
-    verdict = judge(rows)
-    if above or not all(ok for _, ok in checks):
-        failed = "a Check failed" if not all(ok for _, ok in checks) else ""
-        found = f"{above} fixed-g = 1 runs above the cap" if above else ""
-        verdict = "inconclusive", f"{' / '.join(filter(None, (failed, found)))}: not evidence."
+    verdict, checks, above = _judged(rows)
     seeds = sorted({r["seed"] for r in rows})
     g0 = qknorm_scale(KEYS + 1)
     body = (

@@ -54,7 +54,6 @@ MIN_KEYS = 8  # rows with fewer visible keys (causal) are left out: 1/MIN_KEYS <
 SHARP_ROWS = 0.1  # rows with ≥ 2 sharp heads must be ≥ 10% of rows (lower bound) to judge
 CREATED, NONE = 0.25, 0.05  # supported above (lower bound), refuted below (upper bound)
 DRAWS = 1000  # seed-bootstrap draws of the verdict (reported)
-AUDIT_DRAWS = 40  # audit: perturbed tables, seed draws (each report bootstraps 1000)
 
 
 def modes(weights: np.ndarray) -> np.ndarray:
@@ -225,6 +224,11 @@ def _bootstrap(rows: list[dict], verdict: str) -> float:
     """Share of ``DRAWS`` seed resamples (fixed key) whose :func:`judge` verdict is ``verdict``."""
     picks = np.random.default_rng(0).integers(0, len(rows), (DRAWS, len(rows)))
     return float(np.mean([judge([rows[i] for i in p])[0] == verdict for p in picks]))
+
+
+def verdicts_from_rows(tables: dict[str, list[dict]]) -> dict[str, tuple[str, str]]:
+    """The verdict of :func:`report_from_rows` alone (the audit's rule: no bootstrap)."""
+    return {"M4": judge(tables["results.csv"])}
 
 
 def report_from_rows(tables: dict[str, list[dict]]) -> record.Analysis:

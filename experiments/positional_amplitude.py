@@ -37,7 +37,6 @@ SEEDS, LENGTH_FACTORS = 5, (1, 2, 4)
 WORKS, FAILS = 0.5, 0.1  # share of the gap from "no positions" to the optimal accuracy
 UNIFORM, COLLAPSED = 0.8, 0.9  # least entropy / log(t + 1); least max weight
 STATS = ("entropy / log(t+1)", "max weight", "weight on t−1")
-AUDIT_DRAWS = 10  # audit: perturbed tables, seed draws (each report builds a model)
 
 
 def attention_stats(weights: Float[Array, "B N T T"]) -> dict[str, float]:
@@ -217,18 +216,34 @@ def _lengths(rows: list[dict], experiment: Experiment, factors) -> dict:
     return lengths
 
 
+def verdicts_from_rows(tables: dict[str, list[dict]]) -> dict[str, tuple[str, str]]:
+    """The verdict of :func:`report_from_rows` alone (the audit's rule: no length table, whose
+    missing lengths build models)."""
+    experiment = _experiment(False)
+    summary, trained, _ = _stats(experiment, tables)
+    optimum = experiment.base.task.spec.baselines["optimal_accuracy"]
+    return {"S7": verdict(summary, optimum, trained)}
+
+
+def _stats(experiment: Experiment, tables: dict[str, list[dict]]) -> tuple[Summary, dict, dict]:
+    """The sweep's summary and each point's trained and initial attention stats (by
+    :func:`point_key`; seed means, on every row of the point)."""
+    summary, _ = summarize(experiment, tables["results.csv"])
+    first = {r["point"]: r for r in reversed(tables["analysis.csv"])}
+    trained, init = (
+        {point_key(p): {k: first[label(p)][f"{when} {k}"] for k in STATS} for p, _ in summary}
+        for when in ("trained", "init")
+    )
+    return summary, trained, init
+
+
 def report_from_rows(tables: dict[str, list[dict]], smoke: bool = False) -> record.Analysis:
     """The record of :func:`analyze` from the sweep's ``results.csv`` and its own
     ``analysis.csv``: tables, verdict and reason."""
     experiment = _experiment(smoke)
     factors = (1, 4) if smoke else LENGTH_FACTORS
-    summary, _ = summarize(experiment, tables["results.csv"])
+    summary, trained, init = _stats(experiment, tables)
     rows, t = tables["analysis.csv"], experiment.base.task.seq_len
-    first = {r["point"]: r for r in reversed(rows)}  # the stats are seed means, on every row
-    trained, init = (
-        {point_key(p): {k: first[label(p)][f"{when} {k}"] for k in STATS} for p, _ in summary}
-        for when in ("trained", "init")
-    )
     lengths = _lengths(rows, experiment, factors)
     table_rows = [[label(p), fmt(s.mean, s.half_width),
                    *(f"{init[point_key(p)][k]:.3f}" for k in STATS),
