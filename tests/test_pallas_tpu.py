@@ -134,10 +134,10 @@ def test_bfloat16_cosine_gqa_window_skips_tiles():
 @runs_kernels(3)
 def test_additive_gqa_causal_offset_lengths_temperature():
     """The additive score (``A = 16``, padded to 128 lanes) with gradients of ``W_q``, ``W_k``,
-    ``b``, ``v`` and a per-head temperature; 2 query heads over 1 K/V head; 200 queries (not
-    a multiple of the 16-row tile), offset 5 (query tiles from 8 on see key tile 0 whole:
-    every kernel runs its unmasked step), batch 0 sees 150 keys."""
-    q, k, v = qkv(7, B, T, S, N, K, H)
+    ``b``, ``v`` and a per-head temperature; 2 query heads over 1 K/V head; 40 queries (not
+    a multiple of the 16-row tile), offset 100 (query tile 2 sees key tile 0 whole: every
+    kernel runs its unmasked step), batch 0 sees 150 keys."""
+    q, k, v = qkv(7, B, 40, S, N, K, H)
     diff = {
         "score_params": _additive_params(7, N, H, 16),
         "temperature": jnp.array([0.5, 2.0])[:, None, None],
@@ -150,7 +150,7 @@ def test_additive_gqa_causal_offset_lengths_temperature():
         diff,
         score="additive",
         is_causal=True,
-        causal_offset=jnp.asarray(5),
+        causal_offset=jnp.asarray(100),
         key_value_seq_lengths=jnp.array([150, S], jnp.int32),
     )
 
@@ -228,91 +228,52 @@ def test_matches_jax_tpu_flash_attention():
 
 
 @runs_kernels(3)
-def test_learnable_alibi_and_sliding_window_mods_gqa_offset_lengths():
-    """ALiBi with learnable slopes (a score mod reading ``params["slopes"][h]``: the dK/dV
-    grid's head ``h G + g`` must be right, as the slopes differ) and a sliding-window mask mod
-    around the query's absolute position (offset 5), 2 query heads over 1 K/V head, batch 0
-    seeing 150 keys: output, lse and gradients of q, k, v and the slopes."""
-    q, k, v = qkv(9, B, T, S, N, K, H)
-    assert_matches(
-        "pallas_tpu",
-        q,
-        k,
-        v,
-        {"mod_params": {"slopes": jnp.array([0.05, 0.2])}},
-        score_mod=mods.alibi(param="slopes"),
-        mask_mod=mods.sliding_window(60, 10),
-        causal_offset=jnp.asarray(5),
-        key_value_seq_lengths=jnp.array([150, S], jnp.int32),
+def test_gallery_mods_with_parameters_under_vmap():
+    """Every gallery mod with parameters in one call under ``vmap`` (two examples of batch 2,
+    which the kernels fold into their batch axis), against ``"xla"`` under the same vmap:
+    output, lse and gradients of q, k, v, ALiBi's slopes and T5's table.
+
+    Score mods: ALiBi with learnable slopes (read at ``h``; 2 query heads over 1 K/V head and
+    the slopes differ, so a wrong head on the dK/dV grid fails), T5's relative position bias
+    (a learnable ``[N, 8]`` table read at each logit's bucket), a soft cap. Mask mods:
+    ``prefix_lm`` (a prefix length per batch: batch 1's reaches past the causal bound), a
+    sliding window around the query's absolute position and ``document`` (ids per batch read
+    at ``q_idx`` and ``kv_idx``, boundaries inside tiles, batch 1's differ). The table and the
+    ids are read at vector indices, as the Mosaic kernel reads them (``select_gather``); the
+    per-batch parameters at ``b`` within the example (past them without it); the slopes and
+    the table, shared by the examples, get their summed gradient. 40 queries at 80 + t (batch
+    0's document boundary among them), batch 0 seeing 150 keys."""
+    q, k, v = (x.reshape(2, B, *x.shape[1:]) for x in qkv(10, 2 * B, 40, S, N, K, H))
+    w = jax.random.normal(jax.random.key(11), q.shape)
+    table = jax.random.normal(jax.random.key(12), (N, 8))
+    floats = {"slopes": jnp.array([0.05, 0.2]), "relative_bias": table}
+    data = {
+        "prefix_lengths": jnp.array([3, 90]),
+        "document_ids": jnp.arange(S)[None] // jnp.array([[100], [70]]),
+    }
+    score_mod = mods.compose(
+        mods.alibi(param="slopes"), mods.relative_position_bias(8, 64), mods.softcap(3.0)
     )
+    mask_mod = mods.and_masks(mods.prefix_lm(), mods.sliding_window(60, 10), mods.document())
+    lengths = jnp.array([150, S], jnp.int32)
 
-
-@functools.cache
-def _with_data(implementation, options):
-    """Jitted ``(output, lse, grads of q, k, v and the float mod parameters)`` of a loss of
-    ``attention(..., mod_params=floats | data)``: integer parameters ``data`` held fixed."""
-
-    def loss(q, k, v, floats, data):
-        out, lse = aj.attention(
-            q, k, v, mod_params=floats | data, implementation=implementation, return_lse=True,
-            **dict(options),
-        )  # fmt: skip
-        w_out = jax.random.normal(jax.random.key(7), out.shape)
-        return jnp.sum(out * w_out) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0)), (out, lse)
-
-    def f(*args):
-        grads, (out, lse) = jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(*args)
-        return out, lse, grads
-
-    return jax.jit(f)
-
-
-@pytest.mark.skipif(
-    jax.default_backend() == "tpu", reason="mods that gather from SMEM run in interpret mode only"
-)
-@runs_kernels(3)
-def test_relative_position_bias_softcap_and_document_mods():
-    """T5's relative position bias (a learnable ``[N, 8]`` table read at each logit's bucket)
-    then a soft cap, under a document mask mod (integer ids per batch, boundaries inside
-    tiles; batch 1's documents differ): output, lse and gradients of q, k, v and the table.
-    Both mods gather from their parameters: TPU interpret mode only (refused on a chip)."""
-    q, k, v = qkv(10, B, T, S, N, K, H)
-    floats = {"relative_bias": jax.random.normal(jax.random.key(11), (N, 8))}
-    data = {"document_ids": jnp.arange(S)[None] // jnp.array([[100], [70]])}
-    options = (
-        ("score_mod", mods.compose(mods.relative_position_bias(8, 64), mods.softcap(3.0))),
-        ("mask_mod", mods.document()),
-        ("causal_offset", 40),
-    )
-    expected = _with_data("xla", options)(q, k, v, floats, data)
-    actual = _with_data("pallas_tpu", options)(q, k, v, floats, data)
-    assert max_rel_error(actual[:2], expected[:2]) <= FP32_FWD
-    assert max_rel_error(actual[2], expected[2]) <= FP32_GRAD
-
-
-@runs_kernels(3)
-def test_mods_under_vmap_see_the_batch_index_within_an_example():
-    """``vmap`` folds examples into the kernels' batch axis: a mod reading ``prefix_lengths[b]``
-    must still see ``b`` within its example, and learnable slopes shared by the examples get
-    their summed gradient. Two examples of batch 2, against ``"xla"`` under the same vmap."""
-    q, k, v = (x.reshape(2, 2, *x.shape[1:]) for x in qkv(14, 4, 16, 128, 2, 1, 8))
-    params = {"slopes": jnp.array([0.3, 0.1]), "prefix_lengths": jnp.array([3, 40])}
-    w = jax.random.normal(jax.random.key(15), q.shape)
-
-    def loss(implementation, q, k, v, slopes):
+    def loss(implementation, q, k, v, floats):
         def one(q, k, v):
             return aj.attention(
-                q, k, v, score_mod=mods.alibi(param="slopes"), mask_mod=mods.prefix_lm(),
-                mod_params=params | {"slopes": slopes}, implementation=implementation,
+                q, k, v, score_mod=score_mod, mask_mod=mask_mod, mod_params=floats | data,
+                causal_offset=80, key_value_seq_lengths=lengths, implementation=implementation,
+                return_lse=True,
             )  # fmt: skip
 
-        return jnp.sum(jax.vmap(one)(q, k, v) * w)
+        out, lse = jax.vmap(one)(q, k, v)
+        return jnp.sum(out * w) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0)), (out, lse)
 
-    grad = jax.value_and_grad(loss, argnums=(1, 2, 3, 4))
-    expected = jax.jit(functools.partial(grad, "xla"))(q, k, v, params["slopes"])
-    actual = jax.jit(functools.partial(grad, "pallas_tpu"))(q, k, v, params["slopes"])
-    assert max_rel_error(actual[0], expected[0]) <= FP32_FWD
-    assert max_rel_error(actual[1], expected[1]) <= FP32_GRAD
+    grad = jax.grad(loss, argnums=(1, 2, 3, 4), has_aux=True)
+    expected, actual = (
+        jax.jit(functools.partial(grad, name))(q, k, v, floats) for name in ("xla", "pallas_tpu")
+    )
+    assert max_rel_error(actual[1], expected[1]) <= FP32_FWD
+    assert max_rel_error(actual[0], expected[0]) <= FP32_GRAD
 
 
 @runs_kernels(6)  # ours: forward, dK/dV, dQ; theirs: forward, dQ, dK/dV
@@ -377,26 +338,76 @@ def _window_block_mask(lengths):
     )  # fmt: skip
 
 
+def _window_lists(length):
+    """Per query tile its visible key tiles, per key tile its query tiles: brute force from
+    the dense window mask over ``length`` keys."""
+    t, s = np.arange(SPARSE_T)[:, None] + SPARSE_OFFSET, np.arange(SPARSE_S)[None]
+    visible = (s >= t - WINDOW[0]) & (s <= t + WINDOW[1]) & (s < length)
+    tiles = visible.reshape(8, 16, 4, 128).any(axis=(1, 3))
+    return tuple([list(np.flatnonzero(x)) for x in by] for by in (tiles, tiles.T))
+
+
+@contextlib.contextmanager
+def _recorded(monkeypatch):
+    """``(copies, points)``: the interpreter's copies of input blocks into VMEM (the
+    pipeline's DMAs) as ``(input, block indices, grid point)`` and its grid points, recorded
+    in TPU interpret mode."""
+    copies, points, original = [], [], INTERPRETER.get
+
+    @functools.wraps(original)
+    def recorded(*args, input_name=None, **kwargs):
+        if input_name is not None:  # a block copied in before a grid step
+            copies.append((input_name, tuple(map(int, args[6])), tuple(map(int, args[7]))))
+        return original(*args, input_name=input_name, **kwargs)
+
+    def point(token, grid_point, core):
+        points.append(tuple(map(int, grid_point)))
+        return token
+
+    monkeypatch.setattr(INTERPRETER, "get", recorded)
+    with _interpreted(dataclasses.replace(CHECKED, grid_point_recorder=point)):
+        yield copies, points
+    monkeypatch.setattr(INTERPRETER, "get", original)
+
+
+def _held(lists, row, step):
+    """The tile a grid step holds: its row's list at ``step``, past the list its last, in an
+    empty row the tile the row before held (before any, the first row's first)."""
+    if lists[row]:
+        return lists[row][min(step, len(lists[row]) - 1)]
+    before = [x for x in lists[:row] if x]
+    return before[-1][-1] if before else next(x for x in lists if x)[0]
+
+
 @runs_kernels(6)  # ours: forward, dK/dV, dQ; splash: forward, dQ, dK/dV
-def test_window_block_mask_matches_xla_chunked_and_splash():
-    """A sliding-window block mask (lists of 3 and 2 of the 4 key tiles, some tiles full),
-    known while tracing, so the grid runs over the longest list (3 steps); batch 1 sees 300
-    keys (a mask mod in the block mask), so its queries from 66 on see none and its query
-    tiles 5-7 have empty lists: output 0, lse -inf, zero gradients. Against xla and chunked
-    (output, lse, gradients of q, k, v) and, on batch 0, JAX's splash attention with the same
-    local mask."""
+def test_window_block_mask_matches_xla_chunked_and_splash_skipping_tiles(monkeypatch):
+    """A sliding-window block mask (lists of 3 and 2 of the 4 key tiles, some tiles full), a
+    jit argument: its grids run over every block (a block mask known while tracing shortens
+    them: the test after this one). Batch 1 sees 300 keys (a mask mod in the block mask), so
+    its queries from 66 on see none and its query tiles 5-7 have empty lists: output 0, lse
+    -inf, zero gradients. Against xla and chunked (output, lse, gradients of q, k, v) and, on
+    batch 0, JAX's splash attention with the same local mask.
+
+    Block sparsity measured (off TPU): the interpreter's block copies and grid points in our
+    three kernels. Each grid step holds its row's tile from the row's list (per query tile its
+    key tiles in the forward and dQ kernels, per key tile its query tiles in dK/dV), past the
+    list the last one, and in an empty row (batch 1's query tiles 5-7, key tiles 0 and 3) the
+    tile the row before held; a DMA happens exactly where the held block changes, in the
+    interpreter's order of rows (it permutes the parallel grid axes). So no empty tile, no
+    step past a list and no empty row brings a tile of its own."""
     q, k, v = qkv(16, 2, SPARSE_T, SPARSE_S, 2, 2, H)
     w = jax.random.normal(jax.random.key(17), q.shape)
-    block = _window_block_mask(jnp.array([SPARSE_S, 300], jnp.int32))
-    assert np.all(np.asarray(block.kinds)[1, :, 5:] == masks.EMPTY)
-    results = {
-        name: _block_masked(name, w, block_mask=block, causal_offset=SPARSE_OFFSET)(q, k, v, {})
-        for name in ("pallas_tpu", "xla", "chunked")
-    }
-    out, lse, grads = results["pallas_tpu"]
+    lengths = (SPARSE_S, 300)
+    traced = {"block_mask": _window_block_mask(jnp.array(lengths, jnp.int32))}
+    assert np.all(np.asarray(traced["block_mask"].kinds)[1, :, 5:] == masks.EMPTY)
+    with _recorded(monkeypatch) as (copies, points):
+        out, lse, grads = _block_masked("pallas_tpu", w, causal_offset=SPARSE_OFFSET)(
+            q, k, v, traced
+        )
     for name in ("xla", "chunked"):
-        assert max_rel_error((out, lse), results[name][:2]) <= FP32_FWD, name
-        assert max_rel_error(grads, results[name][2]) <= FP32_GRAD, name
+        expected = _block_masked(name, w, causal_offset=SPARSE_OFFSET)(q, k, v, traced)
+        assert max_rel_error((out, lse), expected[:2]) <= FP32_FWD, name
+        assert max_rel_error(grads, expected[2]) <= FP32_GRAD, name
     assert np.all(np.asarray(out[1, 66:]) == 0) and np.all(np.isneginf(lse[1, :, 66:]))
     assert np.all(np.asarray(grads[0][1, 66:]) == 0)
 
@@ -413,28 +424,43 @@ def test_window_block_mask_matches_xla_chunked_and_splash():
     splash_grads, splash_out = grad(q[0], k[0], v[0])
     assert max_rel_error(out[0], splash_out) <= FP32_FWD
     assert max_rel_error(tuple(g[0] for g in grads), splash_grads) <= FP32_GRAD
+    if jax.default_backend() == "tpu":
+        return
+    rows, cols = zip(*map(_window_lists, lengths), strict=True)  # per batch
+    by_kernel = [list(c) for _, c in itertools.groupby(copies, key=lambda c: len(c[2]))]
+    grids = [list(p) for _, p in itertools.groupby(points, key=len)]
+    # Kernel inputs after the prefetched info and schedule: refs[2] q, refs[3] k, refs[4] v;
+    # grid points (b, n, query tile, step), dK/dV (b, h, key tile, g, step); one head per group.
+    held = {
+        "forward": lambda b, n, i, j: (b, n, _held(rows[b], i, j)),
+        "dK/dV": lambda b, h, j, g, i: (b, h, _held(cols[b], j, i)),
+        "dQ": lambda b, n, i, j: (b, n, _held(rows[b], i, j)),
+    }
+    inputs = {"forward": "refs[3]", "dK/dV": "refs[2]", "dQ": "refs[3]"}
+    for kernel, grid, name in zip(by_kernel, grids, held, strict=True):
+        expected = [x for x, _ in itertools.groupby(held[name](*p) for p in grid)]
+        assert [b[:3] for i, b, _ in kernel if i == inputs[name]] == expected, name
+        assert len(grid) == 2 * 2 * 8 * 4, name  # every block of every (b, n)
+    assert [sum(map(len, x)) for x in rows] == [18, 7]  # visible tiles of 32
 
 
-@pytest.mark.skipif(
-    jax.default_backend() == "tpu", reason="the document mod gathers from SMEM: interpret mode only"
-)
 @runs_kernels(3)
 def test_document_block_mask_gqa_never_reads_hidden_keys():
     """A document block mask per batch, traced (a jit argument: the grid runs over every key
-    tile), 2 query heads over 1 K/V head, queries at 256 + t over 384 keys. Batch 0's key tile
+    tile), 2 query heads over 1 K/V head, 64 queries at 256 + t over 384 keys. Batch 0's key tile
     0 is document 0, which no query is in: its values are NaN and never reach the output.
     Batch 1 sees 300 keys (the mask mod's and the structured lengths), so its queries from 44
-    on (document 2) see none: query tiles 3-7 have empty lists. Against xla and chunked on the
+    on (document 2) see none: query tile 3 has an empty list. Against xla and chunked on the
     same inputs with those values 0."""
-    num_keys, offset = 384, 256
-    q, k, v = qkv(18, 2, SPARSE_T, num_keys, 2, 1, H)
+    num_queries, num_keys, offset = 64, 384, 256
+    q, k, v = qkv(18, 2, num_queries, num_keys, 2, 1, H)
     w = jax.random.normal(jax.random.key(19), q.shape)
     sizes = jnp.array([[128, 150, 106], [200, 100, 84]])
     ids = jnp.stack([jnp.repeat(jnp.arange(3), n, total_repeat_length=num_keys) for n in sizes])
     lengths = jnp.array([num_keys, 300], jnp.int32)
     block = masks.block_mask(
         mods.and_masks(mods.document(), _keys_before), {"document_ids": ids, "lengths": lengths},
-        2, None, SPARSE_T, num_keys, SPARSE_TILES, causal_offset=offset,
+        2, None, num_queries, num_keys, SPARSE_TILES, causal_offset=offset,
     )  # fmt: skip
     kinds = np.asarray(block.kinds)
     assert np.all(kinds[0, :, :, 0] == masks.EMPTY) and np.all(kinds[1, :, 3:] == masks.EMPTY)
@@ -451,57 +477,37 @@ def test_document_block_mask_gqa_never_reads_hidden_keys():
     assert np.all(np.asarray(grads[0][1, 44:]) == 0)
 
 
-@runs_kernels(3)
-def test_skipped_tiles_cost_no_dma(monkeypatch):
-    """Block sparsity measured: the interpreter's copies of input blocks into VMEM (the
-    pipeline's DMAs) and its grid points, recorded. The window block mask over 300 keys: each
-    grid step holds its row's tile from the row's list of visible tiles (brute force from the
-    dense mask; per query tile its key tiles in the forward and dQ kernels, per key tile its
-    query tiles in dK/dV), past the list the last one, and in an empty row (query tiles 5-7,
-    key tiles 0 and 3) the tile the row before held; a DMA happens exactly where the held
-    tile changes, in the interpreter's order of rows (it permutes the parallel grid axes). So
-    no empty tile, no step past a list and no empty row brings a tile of its own, and the
-    grids run over the longest lists."""
+def _pallas_grids(jaxpr) -> list[tuple[int, ...]]:
+    """The grids of the ``pallas_call``s in ``jaxpr`` and the jaxprs in its equations."""
+    grids = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            grids.append(tuple(eqn.params["grid_mapping"].grid))
+            continue
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, tuple | list) else (param,):
+                sub = getattr(sub, "jaxpr", sub)
+                if hasattr(sub, "eqns"):
+                    grids += _pallas_grids(sub)
+    return grids
+
+
+def test_a_block_mask_known_while_tracing_runs_grids_over_its_longest_lists():
+    """The window block mask over 300 keys closed over (known while tracing): forward and dQ
+    loop over the most key tiles a query tile visits (2 of 4), dK/dV over the most query
+    tiles visiting a key tile (5 of 8); the ``lax.cond`` for a causal offset other than the
+    mask's (known at run time) also holds grids over every block. Read from the traced
+    program's ``pallas_call``s (each twice: the Mosaic kernel and the interpreter, chosen by
+    the platform lowered for)."""
     q, k, v = qkv(20, 1, SPARSE_T, SPARSE_S, 1, 1, H)
-    copies, points, original = [], [], INTERPRETER.get
-
-    @functools.wraps(original)
-    def recorded(*args, input_name=None, **kwargs):
-        if input_name is not None:  # a block copied in before a grid step: (name, block, point)
-            copies.append((input_name, tuple(map(int, args[6])), tuple(map(int, args[7]))))
-        return original(*args, input_name=input_name, **kwargs)
-
-    def point(token, grid_point, core):
-        points.append(tuple(map(int, grid_point)))
-        return token
-
-    monkeypatch.setattr(INTERPRETER, "get", recorded)
-    with _interpreted(dataclasses.replace(CHECKED, grid_point_recorder=point)):
-        block = _window_block_mask(jnp.array([300], jnp.int32))
-        run = _block_masked("pallas_tpu", jnp.ones_like(q), block_mask=block, causal_offset=384)
-        run(q, k, v, {})
-    t, s = np.arange(SPARSE_T)[:, None] + SPARSE_OFFSET, np.arange(SPARSE_S)[None]
-    visible = (s >= t - WINDOW[0]) & (s <= t + WINDOW[1]) & (s < 300)
-    tiles = visible.reshape(8, 16, 4, 128).any(axis=(1, 3))
-    rows, cols = ([list(np.flatnonzero(x)) for x in by] for by in (tiles, tiles.T))
-
-    def held(lists, row, step):
-        if lists[row]:
-            return lists[row][min(step, len(lists[row]) - 1)]
-        before = [x for x in lists[:row] if x]
-        return before[-1][-1] if before else next(x for x in lists if x)[0]
-
-    by_kernel = [list(c) for _, c in itertools.groupby(copies, key=lambda c: len(c[2]))]
-    grids = [list(p) for _, p in itertools.groupby(points, key=len)]
-    # Kernel inputs after the prefetched info and schedule: refs[2] q, refs[3] k, refs[4] v;
-    # grid points (b, n, query tile, step), dK/dV (b, h, key tile, g, step).
-    kernels = (("refs[3]", rows), ("refs[2]", cols), ("refs[3]", rows))  # forward, dK/dV, dQ
-    for kernel, grid, (name, lists) in zip(by_kernel, grids, kernels, strict=True):
-        expected = [x for x, _ in itertools.groupby(held(lists, p[2], p[-1]) for p in grid)]
-        assert [b[2] for input_name, b, _ in kernel if input_name == name] == expected
-        assert len(grid) == len(lists) * max(map(len, lists))
-    assert [len(grid) for grid in grids] == [16, 20, 16]  # every block: 32 each
-    assert sum(map(len, rows)) == 7 and sum(map(len, cols)) == 7  # of 32 tiles
+    block = _window_block_mask(jnp.array([300], jnp.int32))
+    run = _block_masked("pallas_tpu", q, block_mask=block, causal_offset=SPARSE_OFFSET)
+    rows, cols = _window_lists(300)
+    longest = max(map(len, rows)), max(map(len, cols))
+    assert longest == (2, 5)
+    forward, dkv = (1, 1, 8, longest[0]), (1, 1, 4, 1, longest[1])  # dQ: forward's grid
+    every = (1, 1, 8, 4), (1, 1, 4, 1, 8)
+    assert set(_pallas_grids(run.trace(q, k, v, {}).jaxpr)) == {forward, dkv, *every}
 
 
 @pytest.mark.parametrize(
@@ -565,14 +571,47 @@ def test_lowers_for_tpu(dtype, options, diff):
         )
         return jnp.sum(out.astype(jnp.float32)) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0))
 
-    # Mosaic's lowering reads the chip generation: an abstract TPU stands in for one.
+    text = _exported_for_tpu(jax.grad(loss, argnums=(0, 1, 2, 3)), q, k, v, diff)
+    assert text.count("tpu_custom_call") == (6 if "block_mask" in options else 3)
+
+
+def _exported_for_tpu(fn, *args):
+    """The StableHLO text of ``jit(fn)`` exported for TPU, the Mosaic kernel itself (not TPU
+    interpret mode); Mosaic's lowering reads the chip generation: an abstract TPU stands in."""
     tpu = jax.sharding.AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu")
     mesh = jax.sharding.AbstractMesh((), (), abstract_device=tpu)
     with pltpu.force_tpu_interpret_mode(None), jax.sharding.use_abstract_mesh(mesh):
-        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
-        exported = jax.export.export(grad, platforms=["tpu"])
-        text = exported(q, k, v, diff).mlir_module()
-    assert text.count("tpu_custom_call") == (6 if "block_mask" in options else 3)
+        return jax.export.export(jax.jit(fn), platforms=["tpu"])(*args).mlir_module()
+
+
+def test_every_gallery_mod_lowers_for_tpu():
+    """``implementation="pallas"`` with every mod of :mod:`attnjax.mods` (score mods composed,
+    mask mods combined with ``and_masks`` and ``or_masks``) exported for TPU: forward, dK/dV
+    and dQ are Mosaic custom calls, the float parameters differentiated. The table and the
+    document ids are read at vector indices, the slopes and prefix lengths at scalar ones."""
+    q, k, v = qkv(4, 1, 256, 256, 4, 2, H)
+    score_mod = mods.compose(
+        mods.alibi(4),
+        mods.alibi(param="slopes"),
+        mods.relative_position_bias(8, 64),
+        mods.softcap(2.0),
+    )
+    window = mods.and_masks(
+        mods.sliding_window(60, 10), mods.or_masks(mods.causal(), mods.dilated(3))
+    )
+    mask_mod = mods.and_masks(window, mods.or_masks(mods.prefix_lm(), mods.document()))
+    floats = {"slopes": jnp.linspace(0.1, 0.4, 4), "relative_bias": jnp.ones((4, 8))}
+    data = {"prefix_lengths": jnp.array([3]), "document_ids": IDS}
+
+    def loss(q, k, v, floats, data):
+        out = aj.attention(
+            q, k, v, score_mod=score_mod, mask_mod=mask_mod, mod_params=floats | data,
+            causal_offset=5, implementation="pallas",
+        )  # fmt: skip
+        return jnp.sum(out)
+
+    text = _exported_for_tpu(jax.grad(loss, argnums=(0, 1, 2, 3)), q, k, v, floats, data)
+    assert text.count("tpu_custom_call") == 3
 
 
 def test_refuses_what_it_cannot_run():
@@ -612,33 +651,52 @@ def test_refuses_what_it_cannot_run():
         aj.attention(*bf16, implementation="pallas_tpu", block_sizes=aj.BlockSizes(8, 128))
 
 
-def test_a_mod_that_gathers_from_its_parameters_is_refused_before_lowering_for_tpu():
+def largest_of_a_row(logits, b, h, q_idx, kv_idx, params):
+    """Adds the largest entry of head ``h``'s row of a ``[N, L]`` table: the row is a vector
+    load from SMEM, which Mosaic does not lower (Triton does)."""
+    return logits + jnp.max(params["relative_bias"][h, :], axis=-1)
+
+
+def test_a_mod_read_that_does_not_lower_is_refused_before_lowering_for_tpu():
     """Where the Mosaic kernel may be lowered (here: TPU interpret mode not forced), a mod
-    reading its parameters at vector indices (a gather from SMEM) is refused, naming it, before
-    anything runs; reads at scalar indices lower (checked by exporting a one-tile kernel)."""
+    whose parameter read does not lower is refused, naming it, before anything runs; reads at
+    scalar indices and at vector ones, on one axis or two, lower (checked by exporting a
+    one-tile kernel)."""
     q, k, v = qkv(5, 2, 16, 16, 2, 2, 8)
-    gathering = {
-        "score_mod: 'relative_position_bias": {
-            "score_mod": mods.relative_position_bias(8, 16),
-            "mod_params": {"relative_bias": jnp.ones((2, 8))},
-        },
-        "mask_mod: 'document": {
-            "mask_mod": mods.document(),
-            "mod_params": {"document_ids": jnp.zeros((2, 16), jnp.int32)},
-        },
-    }
+    table = {"relative_bias": jnp.ones((2, 8))}
     with pltpu.force_tpu_interpret_mode(None):
-        for message, kwargs in gathering.items():
-            with pytest.raises(ValueError, match=message + r".* Mosaic TPU kernel .*'chunked'"):
-                aj.attention(q, k, v, implementation="pallas_tpu", **kwargs)
-    scalar_reads = AttentionCall(
-        score=scores.dot,
-        score_params={},
-        score_mod=mods.compose(mods.alibi(param="slopes"), mods.softcap(2.0)),
-        mask_mod=mods.or_masks(mods.prefix_lm(), mods.dilated(3)),
-        mod_params={"slopes": jnp.ones(2), "prefix_lengths": jnp.array([3, 4])},
-    )
-    assert lowering_error(scalar_reads, "tpu") is None
+        with pytest.raises(
+            ValueError, match=r"score_mod: 'largest_of_a_row.* Mosaic TPU .*load scalars.*'chunked'"
+        ):
+            aj.attention(
+                q, k, v, implementation="pallas_tpu", score_mod=largest_of_a_row, mod_params=table
+            )
+    reads = {
+        "scalar": (
+            mods.compose(mods.alibi(param="slopes"), mods.softcap(2.0)),
+            mods.or_masks(mods.prefix_lm(), mods.dilated(3)),
+            {"slopes": jnp.ones(2), "prefix_lengths": jnp.array([3, 4])},
+        ),
+        "vector": (
+            mods.relative_position_bias(8, 16),
+            mods.document(),
+            table | {"document_ids": jnp.zeros((2, 16), jnp.int32)},
+        ),
+        "two axes": (
+            lambda logits, b, h, q_idx, kv_idx, params: logits + params["t"][q_idx % 4, kv_idx % 4],
+            None,
+            {"t": jnp.ones((4, 4))},
+        ),
+    }
+    for name, (score_mod, mask_mod, params) in reads.items():
+        call = AttentionCall(
+            score=scores.dot,
+            score_params={},
+            score_mod=score_mod,
+            mask_mod=mask_mod,
+            mod_params=params,
+        )
+        assert lowering_error(call, "tpu") is None, name
 
 
 def test_refuses_a_gpu_unless_tpu_interpret_mode_is_forced():

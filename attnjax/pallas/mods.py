@@ -8,8 +8,9 @@
   outputs whose VJP also runs the chunked path's supplies them (one extra chunked pass, in the
   backward pass only).
 - :func:`lowering_error`: whether a mod lowers to a Triton kernel, checked before use on GPU,
-  or to a Mosaic TPU kernel (parameters in SMEM, :class:`SmemParam`), checked before the TPU
-  kernel is lowered (once per mod, platform, parameter shapes and dtypes: answers are cached).
+  or to a Mosaic TPU kernel (parameters in SMEM, :class:`SmemParam`: reads at vector indices
+  as :func:`select_gather`), checked before the TPU kernel is lowered (once per mod, platform,
+  parameter shapes and dtypes: answers are cached).
 """
 
 import collections
@@ -107,9 +108,9 @@ _with_mod_vjp.defvjp(_mod_vjp_fwd, _mod_vjp_bwd)
 
 class SmemParam:
     """A mod parameter's SMEM ref (Mosaic TPU kernel) as mods index it: at scalar indices
-    (``params[name][h]``, ``[b]``) a scalar load, as on a TPU; at vector indices (a table at a
-    tile of buckets, ids at a tile of positions) the whole array loaded, then gathered: TPU
-    interpret mode only (Mosaic lowers no such gather; :func:`lowering_error` says so)."""
+    (``params[name][h]``, ``[b]``) a scalar load; at vector indices (a table at a tile of
+    buckets, ids at a tile of positions) :func:`select_gather`, which Mosaic lowers (it has no
+    gather from SMEM). Every axis takes an index: no slices beside vector indices."""
 
     def __init__(self, ref):
         self.ref = ref
@@ -119,7 +120,44 @@ class SmemParam:
         parts = index if isinstance(index, tuple) else (index,)
         if all(p is Ellipsis or isinstance(p, slice) or jnp.ndim(p) == 0 for p in parts):
             return self.ref[index]
-        return self.ref[...][index]
+        if len(parts) != self.ndim or any(p is Ellipsis or isinstance(p, slice) for p in parts):
+            raise NotImplementedError(
+                "the Mosaic TPU kernel reads a mod parameter at vector indices only with an "
+                f"index per axis (params[name][h, bucket]); got {len(parts)} indices, slices "
+                f"or ... for a leaf of shape {self.shape}"
+            )
+        return select_gather(self.ref, parts)
+
+
+def select_gather(ref, parts: tuple) -> Array:
+    """``ref[parts]``, some parts vectors of indices (``[bq, bk]``, broadcastable), the others
+    scalars, as a select-accumulate: for each entry of the box the tile's indices span (per
+    vector axis, their min to max), one scalar SMEM load and a vector select where the
+    indices point at it. Indices are normalized as jnp's (negative from the end, clamped).
+
+    Cost per tile: one compare-select over the indices' shape on the VPU per entry of the box
+    (a table of ``L`` buckets: at most ``L``; ids read at ``q_idx`` or ``kv_idx``: about ``bq``
+    or ``bk`` entries, whatever the sequence length)."""
+    axes = [axis for axis, p in enumerate(parts) if jnp.ndim(p) > 0]
+    shape = jnp.broadcast_shapes(*(jnp.shape(parts[axis]) for axis in axes))
+    indices = {}
+    for axis in axes:
+        size = ref.shape[axis]
+        index = jnp.asarray(parts[axis], jnp.int32)
+        indices[axis] = jnp.clip(jnp.where(index < 0, index + size, index), 0, size - 1)
+    lows = {axis: jnp.min(index) for axis, index in indices.items()}
+    spans = {axis: jnp.max(index) - lows[axis] + 1 for axis, index in indices.items()}
+
+    def select(flat, gathered):
+        at, hit = list(parts), jnp.ones(shape, jnp.bool_)
+        for axis in reversed(axes):  # the flat entry in the box, last axis fastest
+            flat, offset = jnp.divmod(flat, spans[axis])
+            at[axis] = lows[axis] + offset
+            hit = hit & (indices[axis] == at[axis])
+        return jnp.where(hit, ref[tuple(at)], gathered)
+
+    count = functools.reduce(jnp.multiply, spans.values())
+    return jax.lax.fori_loop(0, count, select, jnp.zeros(shape, ref.dtype))
 
 
 # A GPU to lower for where none is attached (Triton's lowering reads the compute capability).

@@ -45,11 +45,13 @@ Score and mask mods are traced into all three kernels with the Triton path's pie
 folded examples into it) and query head (``h G + g`` on the dK/dV grid), positions full
 ``[bq, bk]`` iotas. Each ``mod_params`` leaf is a whole array in SMEM (not scalar-prefetched:
 it steers no index map), read at scalar indices (``slopes[h]``, ``prefix[b]``) as scalar
-loads; a read at vector indices is a gather that Mosaic does not lower
-(:class:`~attnjax.pallas.mods.SmemParam`: TPU interpret mode only; where the Mosaic kernel may
-be lowered, :func:`~attnjax.pallas.mods.lowering_error` refuses such a mod first). Float
-``mod_params`` get their gradients as on the Triton path
-(:func:`attnjax.pallas.mods.with_mod_gradients`).
+loads; a read at vector indices (a bucket table at ``[bq, bk]`` buckets, document ids at the
+tile's positions) has no Mosaic gather from SMEM, so it runs as a select-accumulate over the
+range of entries the tile's indices span (:func:`~attnjax.pallas.mods.select_gather`: per
+entry a scalar load and a ``[bq, bk]`` select; ``docs/tiled.md`` gives the cost). What still
+does not lower (a slice of a leaf, say) is refused, naming the mod, before the Mosaic kernel
+is lowered (:func:`~attnjax.pallas.mods.lowering_error`). Float ``mod_params`` get their
+gradients as on the Triton path (:func:`attnjax.pallas.mods.with_mod_gradients`).
 
 Block masks (and a ``mask_mod``, whose block mask is built per call) are followed splash-style:
 the tile kinds of the shared :meth:`~attnjax.call.AttentionCall.tile_kinds` become the shared
@@ -485,7 +487,7 @@ def _optional_refs(config, refs):
 def _optional_inputs(specs, w, segments, mods):
     """The optional inputs (score vector, segment ids, mod parameters) and their specs: mod
     parameters are whole arrays in SMEM (mods read them at scalar indices, the program's
-    head or batch; a tile's worth of parameters per step would be a vector gather)."""
+    head or batch, or at vector ones through :func:`~attnjax.pallas.mods.select_gather`)."""
     names = ["w"] * (w is not None) + ["q_seg", "k_seg"] * (segments is not None)
     arrays = [x for x in (w, *(segments or ())) if x is not None] + list(mods)
     smem = pl.BlockSpec(memory_space=pltpu.SMEM)
