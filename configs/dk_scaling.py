@@ -27,7 +27,7 @@ def get_config(variant: str | None = None) -> ExperimentConfig:
         optim=OptimConfig(learning_rate=1e-3),
         train=TrainConfig(
             steps=10 if smoke else 400,
-            eval_every=10 if smoke else 200,
+            eval_every=10 if smoke else 100,
             batch_size=32,
             eval_batch_size=64 if smoke else 512,
             fast_compile=smoke,

@@ -57,8 +57,8 @@ CLAIMS = tuple(
          "gradient_path copy", "supported", ""),
         ("S1", "unscaled logits' variance grows as H and softmax saturates", "dk_scaling",
          "supported", ""),
-        ("S2", "unscaled dot degrades training as H grows, additive does not; scaling fixes it",
-         "dk_scaling", "refuted", "refuted"),
+        ("S2", "unscaled dot degrades training as H grows, additive does not; scaling fixes it "
+         "(judged within 400 steps, Adam and SGD)", "dk_scaling", "refuted", "inconclusive"),
         ("S3", "dot is at least as good as general (judged as Luong: LSTM states, unscaled dot, "
          "general from W = I)", "luong_scores", NEW, "refuted"),
         ("S4", "fixed-scale cosine caps the top weight; a learnable scale removes the cap "

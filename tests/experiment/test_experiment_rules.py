@@ -3,9 +3,8 @@ each rule can come out supported, refuted and inconclusive, and judges every par
 
 import math
 import pathlib
-from types import SimpleNamespace
 
-from attnjax.experiment import Stats, Summary, grid, load_file, with_overrides
+from attnjax.experiment import Stats, Summary, load_file, with_overrides
 
 ROOT = pathlib.Path(__file__).parents[2]
 
@@ -66,34 +65,6 @@ def test_xor_bits_can_by_construction_does_by_training_per_rate(monkeypatch):
     impossible = module.can_part(name, lambda: 0.0, impossible=lambda: True)
     monkeypatch.setitem(module.CAN_RULES, name, impossible)
     assert verdict()[0] == "refuted"
-
-
-def test_dk_scaling_rule_judges_every_score_under_every_optimizer():
-    module = _load("dk_scaling")
-    optimizers, dims = ("adamw", "sgd"), module.TRAIN_DIMS
-    axes = {
-        "optim.optimizer": optimizers,
-        "model.score": module.TRAIN_SCORES,
-        "model.head_dim": dims,
-    }
-    experiment = SimpleNamespace(points=grid(**axes))
-    low, high, ratio = [0.01] * 5, [1.0, 1.1, 0.9, 1.0, 1.05], {h: 1.0 for h in dims}
-
-    def verdict(at_largest_h, init_ratio=ratio):
-        """Every point's seeds at ``low`` loss but ``{(optimizer, score): seeds}`` at the
-        largest H."""
-        values = [({"optim.optimizer": o, "model.score": s, "model.head_dim": dims[-1]}, v)
-                  for (o, s), v in at_largest_h.items()]  # fmt: skip
-        return module.verdict(_summary(experiment, values, low), init_ratio)[0]
-
-    dot = {(o, "dot"): high for o in optimizers}
-    assert verdict(dot) == "supported"
-    assert verdict(dot | {("sgd", "additive"): high}) == "refuted"  # additive is judged
-    assert verdict(dot | {("adamw", "scaled_dot"): high}) == "refuted"  # scaling is judged
-    assert verdict({("sgd", "dot"): high}) == "refuted"  # each optimizer is judged
-    bimodal = [0.01, 2.0, 0.01, 2.0, 0.01]
-    assert verdict(dot | {("adamw", "dot"): bimodal}) == "inconclusive"  # interval spans 0
-    assert verdict(dot, ratio | {dims[-1]: 0.1}) == "inconclusive"  # no Var ≈ H at init
 
 
 def test_dk_scaling_measures_unscaled_logit_variance_near_h():
