@@ -14,6 +14,7 @@ from attnjax.dense import dense_attention
 from attnjax.masks import BlockMask
 from attnjax.pallas import pallas_attention, triton_backend, unsupported
 from attnjax.pallas.platform import platform_attention
+from attnjax.pallas.tpu import refuses as tpu_refuses
 from attnjax.pallas.tpu import tpu_attention
 from attnjax.tiling import BlockSizes
 
@@ -115,7 +116,7 @@ def attention(
     options = dict(locals())  # every argument, for validation
     query, key, value, call, batched = prepare(**options)
     if implementation is None:
-        implementation = _choose(call, query.shape[1], key.shape[1], return_weights)
+        implementation = _choose(call, query, key, return_weights)
     _check_implementation(implementation, return_weights, call)
     if implementation == "cudnn":
         output, weights, lse = _cudnn(query, key, value, call)
@@ -134,12 +135,14 @@ def choose_implementation(query, key, value, *args, **kwargs) -> str:
     Dense (``"xla"``) when the weights are asked for or the logits are few (below
     ``CHUNKED_MIN_LOGITS`` per batch and head, measured on CPU) and no block mask is given;
     on GPU ``"cudnn"`` where it applies (plain ``dot``/``scaled_dot``: measured 1.8x the Pallas
-    kernel), else ``"pallas"`` where it applies; else ``"chunked"``. On TPU that is
-    ``"chunked"``: the Mosaic kernel (``"pallas_tpu"``) is proven in TPU interpret mode but
-    has not yet run on a TPU, so it is chosen only by name.
+    kernel), else ``"pallas"`` where it applies; on TPU ``"pallas"`` (the Mosaic kernel)
+    where it takes the call (:func:`attnjax.pallas.tpu.refuses`: scores, masks, dtype, tiles,
+    mods that lower), as splash attention is JAX's own choice there; else ``"chunked"``. The
+    Mosaic kernel is proven in TPU interpret mode and by export but not yet timed on a chip
+    (``benchmarks/tpu.sh``); ``implementation="chunked"`` keeps the XLA loop.
     """
     query, key, value, call, _ = prepare_call(query, key, value, *args, **kwargs)
-    return _choose(call, query.shape[1], key.shape[1], kwargs.get("return_weights", False))
+    return _choose(call, query, key, kwargs.get("return_weights", False))
 
 
 def prepare_call(
@@ -152,9 +155,13 @@ def prepare_call(
     return prepare(**options.arguments)
 
 
-def _choose(call: AttentionCall, num_queries: int, num_keys: int, return_weights: bool) -> str:
+def _choose(call: AttentionCall, query: Array, key: Array, return_weights: bool) -> str:
+    num_queries, num_keys = query.shape[1], key.shape[1]
     if return_weights or (num_queries * num_keys < CHUNKED_MIN_LOGITS and call.block_mask is None):
         return "xla"
+    if jax.default_backend() == "tpu":
+        if tpu_refuses(call, query.dtype, num_queries, num_keys) is None:
+            return "pallas"
     if jax.default_backend() == "gpu":
         if _cudnn_refuses(call) is None:
             return "cudnn"

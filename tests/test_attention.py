@@ -238,6 +238,26 @@ def test_every_implementation_differentiates_inside_scan(implementation):
     np.testing.assert_allclose(grads, jax.grad(layers("xla"))(Q), atol=1e-4)
 
 
+def test_choose_implementation_on_a_tpu_backend(monkeypatch):
+    """On TPU the Mosaic kernel ("pallas") wherever it takes the call; "chunked" where it
+    refuses: float16, a dense mask, a mod that does not lower for TPU."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    long = jnp.zeros((1, 1024, 2, 8))
+    assert aj.choose_implementation(Q, KEY, V) == "xla"  # few logits: dense, as elsewhere
+    assert aj.choose_implementation(long, long, long, is_causal=True) == "pallas"
+    half = long.astype(jnp.float16)
+    assert aj.choose_implementation(half, half, half) == "chunked"
+    dense_mask = jnp.ones((1, 1, 1024, 1024), bool)
+    assert aj.choose_implementation(long, long, long, mask=dense_mask) == "chunked"
+
+    def row_read(logits, b, h, q_idx, kv_idx, params):  # loads a vector from SMEM
+        return logits + params["table"][h, :][kv_idx % 4]
+
+    table = {"table": jnp.zeros((2, 4))}
+    chosen = aj.choose_implementation(long, long, long, score_mod=row_read, mod_params=table)
+    assert chosen == "chunked"
+
+
 def test_choose_implementation_and_cudnn_refusals():
     long = jnp.zeros((1, 1024, 2, 8))
     assert aj.choose_implementation(Q, KEY, V) == "xla"

@@ -302,6 +302,25 @@ def unsupported(call: AttentionCall) -> str | None:
     return None
 
 
+def refuses(call: AttentionCall, dtype, num_queries: int, num_keys: int) -> str | None:
+    """Why the Mosaic kernel would refuse this call on a TPU (what ``implementation=None``
+    asks before choosing it), or ``None``: :func:`unsupported`, the dtype, the tiles, and a
+    mod that does not lower (one export per distinct call, cached)."""
+    reason = unsupported(call)
+    if reason is None and jnp.dtype(dtype) not in DTYPES:
+        reason = f"{jnp.dtype(dtype).name} inputs (float32 or bfloat16 only)"
+    if reason is None:
+        additive = isinstance(triton_path.TILE_SCORES[call.score_name], Additive)
+        default = DEFAULT_ADDITIVE_BLOCKS if additive else DEFAULT_BLOCKS
+        try:
+            _blocks(call, default, dtype, num_queries, num_keys)
+        except ValueError as error:
+            reason = str(error)
+    if reason is None and call.has_mods:
+        reason = lowering_error(call, "tpu")
+    return reason
+
+
 def _blocks(call, default, dtype, num_queries, num_keys) -> BlockSizes:
     """Checked tiles (the block mask's, else ``block_sizes``, else ``default``): ``block_q`` a
     multiple of the sublane tile (8 for float32, 16 for bfloat16), ``block_k`` of 128 lanes;
