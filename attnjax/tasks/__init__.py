@@ -5,12 +5,18 @@ module defining ``TASK`` plus one line in ``_TASKS``.
 """
 
 from attnjax.tasks import (
+    automaton,
+    compression,
     copying,
+    fuzzy_recall,
     head_ordering,
     impostor,
     markov,
+    memorization,
     min_of_keys,
     mqar,
+    recall,
+    selective_copying,
     xor_bits,
     xor_relation,
 )
@@ -27,6 +33,13 @@ _TASKS = {
         head_ordering.TASK,
         mqar.TASK,
         markov.TASK,
+        recall.TASK,
+        recall.NOISY_TASK,
+        fuzzy_recall.TASK,
+        selective_copying.TASK,
+        compression.TASK,
+        memorization.TASK,
+        automaton.TASK,
     )
 }
 

@@ -109,6 +109,18 @@ def one_target(inputs: Array, target: Array) -> Batch:
     }
 
 
+def longer(config: Any, factor: int) -> Any:
+    """The length-extrapolation split of a task whose config has a ``seq_len`` field: the same
+    config at ``factor`` times the sequence length (every other knob unchanged, the result
+    validated by the config). Train on ``config``, evaluate on ``longer(config, 2)`` separately;
+    the trainer's own splits (``valid``, ``test``) stay at the training length."""
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise ValueError(f"factor must be an int >= 1, got {factor!r}")
+    if not hasattr(config, "seq_len"):
+        raise ValueError(f"{type(config).__name__} has no seq_len field to lengthen")
+    return dataclasses.replace(config, seq_len=config.seq_len * factor)
+
+
 def _fail(config: Any, name: str, expected: str) -> None:
     value = getattr(config, name)
     raise ValueError(f"{type(config).__name__}.{name} must be {expected}, got {value!r}")

@@ -15,12 +15,19 @@ from attnjax.tasks import base
 
 def test_registry_lists_every_task():
     assert tasks.names() == (
+        "automaton",
+        "compression",
         "copy",
+        "fuzzy_recall",
         "head_ordering",
         "impostor",
+        "in_context_recall",
         "markov",
+        "memorization",
         "min_of_keys",
         "mqar",
+        "noisy_recall",
+        "selective_copying",
         "xor_bits",
         "xor_relation",
     )
@@ -132,6 +139,18 @@ BAD_CONFIGS = [
     ("markov", "concentration", -1.0),
     ("markov", "seq_len", 1),
     ("markov", "seed", "a"),
+    ("in_context_recall", "seq_len", 15),
+    ("in_context_recall", "frac_noise", 0.2),  # no noise vocabulary
+    ("noisy_recall", "frac_noise", 1.0),
+    ("noisy_recall", "vocab_size", 19),  # 16 noise tokens leave 3 for keys and values
+    ("fuzzy_recall", "key_size", 8),  # 7 key tokens
+    ("fuzzy_recall", "seq_len", 11),  # below two pairs of full motifs
+    ("selective_copying", "seq_len", 33),  # must exceed 2 * 16 + 1
+    ("compression", "vocab_size", 2),
+    ("memorization", "seq_len", 31),
+    ("automaton", "max_degree", 9),  # above alphabet_size (8)
+    ("automaton", "num_states", 1),
+    ("automaton", "max_length", 3),  # below min_length (4)
 ]
 
 
