@@ -45,6 +45,7 @@ FRAGILE_BELOW = 0.9  # bootstrap agreement under which a verdict is fragile
 SYNTHETIC_DRAWS = 400  # random synthetic summaries per reachability check
 ANALYSIS_DRAWS = 200  # perturbed tables and seed resamplings per analysis (AUDIT_DRAWS: fewer)
 TIED_LEVELS = 101  # levels at which every point is tied (steps of 1% of the metric's range)
+POINT_LEVELS = 5  # levels (quarters of the range) that each point takes on its own, seeds near it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,15 +137,22 @@ def audit_part(
 def reachable(experiment: Experiment, summary: Summary, rng: np.random.Generator) -> tuple:
     """The verdicts the rule gives on synthetic summaries shaped like ``summary``: per-seed
     values uniform over the metric's range, every point at the low or the high end (all,
-    and at random), and all points tied at each of :data:`TIED_LEVELS` levels spread evenly
+    and at random), all points tied at each of :data:`TIED_LEVELS` levels spread evenly
     over the range (ends and middle included), which reach rules that ask for points inside a
-    narrow band."""
+    narrow band, and each point at its own random level of :data:`POINT_LEVELS` with its seeds
+    near it (narrow intervals, the same jitter for every point: paired differences near 0),
+    which reach rules that ask for some points at an end, others mid-range and tied."""
     low, high = _metric_range(experiment.metric, summary)
     num_points, num_seeds = len(summary), max(len(s.values) for _, s in summary)
     grids = [rng.uniform(low, high, (num_points, num_seeds)) for _ in range(SYNTHETIC_DRAWS)]
     ends = [np.where(rng.random((num_points, 1)) < 0.5, low, high) for _ in range(SYNTHETIC_DRAWS)]
     grids += [np.broadcast_to(e, (num_points, num_seeds)) for e in ends]
     grids += [np.full((num_points, num_seeds), v) for v in np.linspace(low, high, TIED_LEVELS)]
+    levels = np.linspace(low, high, POINT_LEVELS)
+    jitter = 0.002 * (high - low)  # seeds near their point's level, so intervals stay narrow
+    near = [rng.choice(levels, (num_points, 1)) + rng.uniform(-jitter, jitter, (1, num_seeds))
+            for _ in range(SYNTHETIC_DRAWS)]  # fmt: skip
+    grids += [np.clip(g, low, high) for g in near]
     found = {_verdict(experiment.verdict, _with_values(summary, g)) for g in grids}
     return tuple(v for v in VERDICTS if v in found)
 

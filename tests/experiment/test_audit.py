@@ -66,6 +66,23 @@ def test_a_rule_supported_only_inside_a_narrow_band_is_reachable(smoke_config):
     assert found.reachable == ("supported", "refuted", "inconclusive") and not found.flags
 
 
+def test_a_rule_asking_one_point_at_the_top_and_another_mid_range_is_reachable(smoke_config):
+    """Supported only with additive solved (lower > 0.99) and dot tight mid-range (within
+    [0.4, 0.6]): uniform draws, ends and ties all miss it; points at their own levels do not."""
+
+    def solved_and_middle(summary):
+        dot, additive = summary[POINTS[0]], summary[POINTS[1]]
+        if additive.upper < 0.5:
+            return "refuted", ""
+        middle = 0.4 <= dot.lower and dot.upper <= 0.6
+        return ("supported" if additive.lower > 0.99 and middle else "inconclusive"), ""
+
+    found = audit(_experiment(smoke_config, solved_and_middle), _summary([0.5] * 5, [0.2] * 5),
+                  draws=10)  # fmt: skip
+    assert found.verdict == "refuted"
+    assert found.reachable == ("supported", "refuted", "inconclusive") and not found.flags
+
+
 def test_a_knife_edge_record_is_fragile_and_a_clear_one_is_not(smoke_config):
     """Additive's interval clears dot's by 0.003: resampling the seeds often closes the gap."""
     rule = _experiment(smoke_config, _additive_wins)
