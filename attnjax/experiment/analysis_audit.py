@@ -121,7 +121,7 @@ class _Column:
         pad = (high - low) / 2 or abs(low) / 2 or 1.0
         self.low, self.high = low - pad, high + pad
 
-    def cast(self, value: float | None):
+    def cast(self, value: float | int | None):
         if value is None or not self.integer:
             return value
         return round(value)
