@@ -155,6 +155,20 @@ def check_choice(config: Any, name: str, choices: tuple[str, ...]) -> None:
         _fail(config, name, f"one of {choices}")
 
 
+def check_noise(config: Any) -> None:
+    """The noise fields: ``noise_vocab_size`` ≥ 0 and ``frac_noise`` in [0, 1), 0 when there
+    are no noise tokens."""
+    check_int(config, "noise_vocab_size", 0)
+    check_float(config, "frac_noise", 0.0, 1.0)
+    check_that(config, "frac_noise", config.frac_noise < 1, "below 1")
+    check_that(
+        config,
+        "frac_noise",
+        config.frac_noise == 0 or config.noise_vocab_size > 0,
+        "0 when noise_vocab_size is 0",
+    )
+
+
 def check_that(config: Any, name: str, ok: bool, expected: str) -> None:
     """Raise ``ValueError`` naming ``config.<name>`` unless ``ok``."""
     if not ok:

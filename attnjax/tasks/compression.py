@@ -35,17 +35,9 @@ class CompressionConfig:
     frac_noise: float = 0.0
 
     def __post_init__(self):
-        base.check_int(self, "noise_vocab_size", 0)
+        base.check_noise(self)
         base.check_int(self, "vocab_size", self.noise_vocab_size + 3)
         base.check_int(self, "seq_len", 2)
-        base.check_float(self, "frac_noise", 0.0, 1.0)
-        base.check_that(self, "frac_noise", self.frac_noise < 1, "below 1")
-        base.check_that(
-            self,
-            "frac_noise",
-            self.frac_noise == 0 or self.noise_vocab_size > 0,
-            "0 when noise_vocab_size is 0",
-        )
 
     @property
     def spec(self) -> base.TaskSpec:
