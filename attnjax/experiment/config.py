@@ -15,6 +15,7 @@ from typing import Any, get_type_hints
 from attnjax import tasks
 from attnjax.nn import ModelConfig
 from attnjax.nn.config import check_type
+from attnjax.tasks.base import longer
 
 
 def check_types(instance: Any) -> None:
@@ -70,7 +71,11 @@ class TrainConfig:
     ``fast_compile`` compiles the training and evaluation programs with XLA's backend
     optimization level 0 instead of 1: on CPU about 1.7× faster to compile and 2-4× slower to
     run, the right trade for runs of a few chunks (smoke tests). ``tensorboard`` also logs
-    every metric for TensorBoard under ``<run>/tensorboard/`` (needs tensorboardX)."""
+    every metric for TensorBoard under ``<run>/tensorboard/`` (needs tensorboardX).
+    ``extrapolate`` > 1 adds a third evaluation split, ``longer``: ``eval_batch_size`` fresh
+    examples of the task at ``extrapolate`` times the training length
+    (:func:`attnjax.tasks.base.longer`), reported beside ``valid`` and ``test`` and never used
+    for training or for choosing a learning rate; 1 evaluates at the training length only."""
 
     steps: int = 1000
     batch_size: int = 64
@@ -84,10 +89,11 @@ class TrainConfig:
     patching: bool = False
     fast_compile: bool = True
     tensorboard: bool = False
+    extrapolate: int = 1
 
     def __post_init__(self):
         check_types(self)
-        for name in ("steps", "batch_size", "eval_every", "eval_batch_size"):
+        for name in ("steps", "batch_size", "eval_every", "eval_batch_size", "extrapolate"):
             _require(getattr(self, name) >= 1, self, name, ">= 1")
         _require(self.steps % self.eval_every == 0, self, "steps", "a multiple of eval_every")
         _require(self.z_loss >= 0, self, "z_loss", ">= 0")
@@ -127,6 +133,7 @@ class ExperimentConfig:
         else:
             model = ModelConfig.from_dict({**self.model, **derived})
         object.__setattr__(self, "model", model)
+        longer_task(self)  # raises when the longer split cannot be drawn or read
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; :func:`from_dict` inverts it."""
@@ -135,6 +142,31 @@ class ExperimentConfig:
             "name": self.name,
             "task": {"name": task_name(self.task)} | _fields(self.task),
         } | out
+
+
+def longer_task(config: ExperimentConfig) -> Any | None:
+    """The task config of ``config``'s ``longer`` split (``train.extrapolate`` times the
+    training length), None when ``train.extrapolate`` is 1. ``ValueError`` naming
+    ``TrainConfig.extrapolate`` when the task has no such split (no ``seq_len``, or evaluated on
+    all its examples) or the model cannot read it (a learned positional table too short)."""
+    factor, name = config.train.extrapolate, task_name(config.task)
+    if factor == 1:
+        return None
+    where = f"TrainConfig.extrapolate={factor}: task {name!r}"
+    if tasks.get(name).all_examples is not None:
+        raise ValueError(f"{where} is evaluated on all its examples at the training length")
+    try:
+        task = longer(config.task, factor)
+    except ValueError as error:
+        raise ValueError(f"{where} has no longer split: {error}") from None
+    model = config.model
+    learned = model.kind == "transformer" and model.positional == "learned"
+    if learned and model.max_len < task.seq_len:
+        raise ValueError(
+            f"{where} at seq_len {task.seq_len} exceeds the learned positional table "
+            f"(model.max_len={model.max_len}); raise model.max_len or use another positional"
+        )
+    return task
 
 
 def _fields(instance: Any) -> dict[str, Any]:

@@ -37,6 +37,9 @@ def _t975(df: int) -> float:
     return float(stats.t.ppf(0.975, df=df))
 
 
+# The evaluation splits' metric columns of results.csv, in the order tables show them
+# (``longer_*`` only with ``train.extrapolate > 1``).
+SPLIT_PREFIXES = ("valid_", "test_", "longer_")
 # The range a metric cannot leave: its error bars are clipped to it.
 METRIC_RANGES = {"accuracy": (0.0, 1.0)}
 SMOKE_NOTE = (
@@ -79,7 +82,7 @@ def run_report(config: Any, results: Sequence[dict[str, Any]], smoke: bool = Fal
     """``report.md`` of one run folder: the final metrics, mean ± 95% interval over seeds,
     one row per metric and one column per learning rate, so a task with many metrics stays
     narrow (``smoke``: titled and noted as a smoke run)."""
-    metrics = [k for k in results[0] if k.startswith(("valid_", "test_"))]
+    metrics = [k for k in results[0] if k.startswith(SPLIT_PREFIXES)]
     rates = dict.fromkeys(r["learning_rate"] for r in results)
     groups = {lr: [r for r in results if r["learning_rate"] == lr] for lr in rates}
     rows = [["seeds", *(len(g) for g in groups.values())]]
@@ -101,16 +104,20 @@ def plot_curves(
     metrics: Sequence[dict[str, Any]], path: Path, title: str, smoke: bool = False
 ) -> Figure:
     """Training loss and test metrics against step, one line per run: one colour per learning
-    rate, one line style per seed; the legend outside the axes."""
-    names = ["loss", *sorted({m["metric"] for m in metrics if m["split"] == "test"} - {"loss"})]
+    rate, one line style per seed; the legend outside the axes. A run with a ``longer`` split
+    (``train.extrapolate > 1``) gets a second row: that split's loss and metrics."""
+    names = sorted({m["metric"] for m in metrics if m["split"] == "test"} - {"loss"})
+    panels = [[("train", "loss"), *(("test", n) for n in names)]]
+    if any(m["split"] == "longer" for m in metrics):
+        panels.append([("longer", n) for n in ("loss", *names)])
     rates = sorted({m["learning_rate"] for m in metrics})
     seeds = sorted({m["seed"] for m in metrics})
     colour = dict(zip(rates, distinct_colours(len(rates)), strict=True))
     styles = SEED_STYLES if len(seeds) <= len(SEED_STYLES) else ("-",) * len(seeds)
     style = dict(zip(seeds, styles, strict=False))
-    fig, axes = new_figure(1, len(names), squeeze=False, figsize=(3.6 * len(names) + 1.6, 3.4))
-    for ax, name in zip(axes[0], names, strict=True):
-        split = "train" if name == "loss" else "test"
+    size = (3.6 * len(panels[0]) + 1.6, 3.4 * len(panels))
+    fig, axes = new_figure(len(panels), len(panels[0]), squeeze=False, figsize=size)
+    for ax, (split, name) in zip(axes.flat, (p for row in panels for p in row), strict=True):
         for seed in seeds:
             for lr in rates:
                 pts = [

@@ -25,15 +25,7 @@ from jaxtyping import Array
 from attnjax.analysis.pruning import attention_maps
 from attnjax.experiment import report, storage
 from attnjax.experiment.config import ExperimentConfig, from_dict
-from attnjax.experiment.trainer import (
-    EVAL_SPLITS,
-    QUICK,
-    Runs,
-    Trainer,
-    collect,
-    gather,
-    get_trainer,
-)
+from attnjax.experiment.trainer import QUICK, Runs, Trainer, collect, gather, get_trainer
 from attnjax.inspect import PatchingTable, patch_heads, patch_positions, tables_figure
 
 
@@ -95,7 +87,7 @@ def train_and_evaluate(
     for step in range(start, train.steps, train.eval_every):
         state, losses = trainer.train_chunk(state, runs, lrs, step)
         end = step + train.eval_every
-        final = {split: trainer.evaluate(state, runs, split) for split in EVAL_SPLITS}
+        final = {split: trainer.evaluate(state, runs, split) for split in trainer.splits}
         rows = collect({"loss": gather(losses)}, runs, step=end, split="train")
         for split, metrics in final.items():
             rows += collect(metrics, runs, step=end, split=split)
@@ -111,7 +103,7 @@ def train_and_evaluate(
         board.close()
 
     if final is None:  # a finished run, invoked again
-        final = {split: trainer.evaluate(state, runs, split) for split in EVAL_SPLITS}
+        final = {split: trainer.evaluate(state, runs, split) for split in trainer.splits}
     results = _results(trainer, final, runs, dict(fields or {}))
     maps = [gather(m) for m in _attention_maps(trainer, (state.params, state.rest), run=0)]
     if not primary:

@@ -381,12 +381,15 @@ def point_stats(rows: Sequence[Mapping[str, Any]], experiment: Experiment) -> St
 
 def _column_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``point``, the overrides, ``seed``, ``learning_rate``, ``chosen``, ``params``, then the
-    metrics (``valid_*`` before ``test_*``)."""
+    metrics (``valid_*``, then ``test_*``, then ``longer_*``)."""
     first = ["point", "seed", "learning_rate", "chosen", "params"]
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    overrides = [k for k in keys if k not in first and not k.startswith(("valid_", "test_"))]
-    metrics = sorted((k for k in keys if k.startswith(("valid_", "test_"))),
-                     key=lambda k: (not k.startswith("valid_"), k))  # fmt: skip
+    prefixes = report.SPLIT_PREFIXES
+    overrides = [k for k in keys if k not in first and not k.startswith(prefixes)]
+    metrics = sorted(
+        (k for k in keys if k.startswith(prefixes)),
+        key=lambda k: (prefixes.index(k.partition("_")[0] + "_"), k),
+    )
     order = ["point", *overrides, *first[1:], *metrics]
     return [{k: r.get(k) for k in order} for r in rows]
 

@@ -21,12 +21,15 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Float
 
 from attnjax import analysis, nn, tasks
-from attnjax.experiment.config import ExperimentConfig, OptimConfig, task_name
+from attnjax.experiment.config import ExperimentConfig, OptimConfig, longer_task, task_name
 
 # Every random stream of a run derives from its seed: fold_in(key(seed), stream), then the
 # step (training data, dropout) or the split (evaluation batches).
 DATA, INIT, EVAL, DROPOUT = range(4)
+# The evaluation splits at the training length, and the id of ``longer`` (``train.extrapolate``
+# times the training length), evaluated only when that factor is > 1.
 EVAL_SPLITS = {"valid": 1, "test": 2}
+LONGER = 3
 
 
 def run_key(seed: Array | int, stream: int, index: Array | int) -> Array:
@@ -105,7 +108,10 @@ class TrainState(NamedTuple):
 class Trainer:
     """Compiled init, training chunk and evaluation for one :class:`ExperimentConfig`: it
     computes, and stores nothing (:func:`attnjax.experiment.train_and_evaluate` keeps the run
-    folder). States are :class:`TrainState` s with a leading run axis."""
+    folder). States are :class:`TrainState` s with a leading run axis. ``splits`` maps each
+    evaluation split to its id and task config: ``valid`` and ``test`` at the training
+    length, and ``longer`` (:func:`~attnjax.experiment.config.longer_task`) when
+    ``train.extrapolate > 1``."""
 
     def __init__(self, config: ExperimentConfig):
         self.config = config
@@ -116,7 +122,13 @@ class Trainer:
         jit = functools.partial(jax.jit, compiler_options=options)
         self._init = jax.jit(jax.vmap(self._init_one), compiler_options=QUICK)  # runs once
         self._chunk = jit(jax.vmap(self._chunk_one, in_axes=(0, 0, 0, None)))
-        self._eval = jit(jax.vmap(self._eval_one, in_axes=(0, 0, 0, None)))
+        self.splits = {split: (i, config.task) for split, i in EVAL_SPLITS.items()}
+        if config.train.extrapolate > 1:
+            self.splits["longer"] = (LONGER, longer_task(config))
+        self._evals = {}  # one evaluation program per task config (length)
+        for task_config in dict.fromkeys(t for _, t in self.splits.values()):
+            one = functools.partial(self._eval_one, task_config=task_config)
+            self._evals[task_config] = jit(jax.vmap(one, in_axes=(0, 0, 0, None)))
 
     def build_model(self, key: Array) -> nnx.Module:
         """One run's model from its init ``key``. Subclasses may override it to change every
@@ -186,19 +198,29 @@ class Trainer:
         state, losses = jax.lax.scan(step, state, jnp.arange(self.config.train.eval_every))
         return state, jnp.mean(losses)
 
-    def eval_batch(self, seed: Array | int, split: str | Array) -> dict[str, Array]:
-        """The evaluation batch of ``split`` (a name of ``EVAL_SPLITS`` or its id) for the runs
-        of ``seed``: a draw of its own per seed, from keys disjoint from those of the training
-        data, initialization and dropout; every input once when the task enumerates them."""
-        if self.task.all_examples is not None:
-            return self.task.all_examples(self.config.task)
-        split_id = EVAL_SPLITS[split] if isinstance(split, str) else split
-        return self.task.generate(
-            run_key(seed, EVAL, split_id), self.config.train.eval_batch_size, self.config.task
-        )
+    def eval_batch(self, seed: Array | int, split: str) -> dict[str, Array]:
+        """The evaluation batch of ``split`` (a name of :attr:`splits`) for the runs of
+        ``seed``: a draw of its own per seed and split, from keys disjoint from those of the
+        training data, initialization and dropout; every input once when the task enumerates
+        them. ``longer``'s batch is ``train.extrapolate`` times the training length."""
+        split_id, task_config = self._split(split)
+        return self._draw(seed, split_id, task_config)
 
-    def _eval_one(self, params, rest, seed: Array, split_id: Array) -> dict[str, Array]:
-        batch = self.eval_batch(seed, split_id)
+    def _split(self, split: str) -> tuple[int, Any]:
+        if split not in self.splits:
+            raise ValueError(f"split: expected one of {list(self.splits)}, got {split!r}")
+        return self.splits[split]
+
+    def _draw(self, seed: Array | int, split_id: Array | int, task_config: Any) -> dict[str, Array]:
+        if self.task.all_examples is not None:
+            return self.task.all_examples(task_config)
+        key = run_key(seed, EVAL, split_id)
+        return self.task.generate(key, self.config.train.eval_batch_size, task_config)
+
+    def _eval_one(
+        self, params, rest, seed: Array, split_id: Array, task_config: Any
+    ) -> dict[str, Array]:
+        batch = self._draw(seed, split_id, task_config)
         outputs, weights, logits = self._forward(params, rest, batch)
         metrics = dict(self.task.metrics(outputs, batch))
         if self.config.train.diagnostics and weights:
@@ -220,7 +242,8 @@ class Trainer:
     def evaluate(self, state: TrainState, runs: Runs, split: str) -> dict[str, np.ndarray]:
         """Metrics of every run on its seed's evaluation batch of ``split``, each ``[R]``."""
         seeds = shard_runs(jnp.asarray(runs.seeds, jnp.uint32))
-        metrics = self._eval(state.params, state.rest, seeds, jnp.uint32(EVAL_SPLITS[split]))
+        split_id, task_config = self._split(split)
+        metrics = self._evals[task_config](state.params, state.rest, seeds, jnp.uint32(split_id))
         return {k: gather(v) for k, v in metrics.items()}
 
     def param_count(self) -> int:
