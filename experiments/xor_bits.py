@@ -53,6 +53,7 @@ MASKED = 1e30  # |values| from here up are masked-score sentinels (−inf, −0.
 NOISE, DRAWS, ROBUST = 1e-3, 200, 0.95  # ≥ 95% of N(0, NOISE²) perturbations still solve it
 
 
+@functools.cache
 def single_head_cap() -> float:
     """The best accuracy of one head + skip + linear readout over the four equally likely
     inputs. With no positions the output at ``"="`` depends only on the multiset of bits, and it

@@ -37,7 +37,7 @@ from attnjax.experiment.analysis_audit import audit_analysis
 from attnjax.experiment.margins import Comparison, decisive, smallest
 from attnjax.experiment.parts import Part, checks_text, run_checks, witness_result
 from attnjax.experiment.recompute import CSV_FILES
-from attnjax.experiment.record import read_rows
+from attnjax.experiment.record import parse_rows
 from attnjax.experiment.report import METRIC_RANGES, mean_ci95
 from attnjax.experiment.sweep import VERDICTS, Experiment, Stats, Summary, summarize
 
@@ -288,7 +288,7 @@ def audit_records(
             progress(name)
         path, folder = root / "experiments" / f"{name}.py", root / "results" / name
         texts = tuple((n, (folder / n).read_text()) for n in CSV_FILES if (folder / n).is_file())
-        found[name] = _audit_record(str(path), path.read_text(), texts, draws)
+        found[name] = _audit_record(str(path.resolve()), path.read_text(), texts, draws)
     return found
 
 
@@ -296,18 +296,19 @@ def audit_records(
 def _audit_record(
     path: str, source: str, tables: tuple[tuple[str, str], ...], draws: int
 ) -> tuple[Audit, ...]:
-    """One record's audits, cached by the experiment's source and its tables' texts (the cache
-    key; a test or a check that audits them again gets them free)."""
+    """One record's audits from its tables' texts, cached by the experiment file's resolved
+    path, its source and the texts (a test or a check that audits them again, in a copy of
+    the repository whose experiments/ links to this one, gets them free)."""
     from attnjax.experiment import load_file  # the package imports this module
 
-    module, folder = load_file(path), Path(path).parents[1] / "results" / Path(path).stem
+    module, texts = load_file(path), dict(tables)
     found = []
     for kind in _kinds(source):
         if kind == "analysis":
-            found += analysis_audits(module, {n: read_rows(folder / n) for n, _ in tables})
+            found += analysis_audits(module, {n: parse_rows(t) for n, t in tables})
         else:
             experiment = module.get_experiment()
-            rows = read_rows(folder / "results.csv")
+            rows = parse_rows(texts["results.csv"])
             found.append(audit(experiment, summarize(experiment, rows)[0], draws=draws))
     return tuple(found)
 

@@ -9,6 +9,7 @@ ends with: ``tables`` maps each CSV of the record (``analysis.csv``, ``results.c
 rows, cells parsed back to values (:func:`attnjax.experiment.record.read_rows`).
 """
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,8 +29,17 @@ def expected_report(folder: Path, experiment_file: Path) -> str:
     the experiment's pilot seeds."""
     if not experiment_file.is_file():
         raise NotRecomputable(f"no experiments/{experiment_file.name}")
-    module = load_file(experiment_file)
-    tables = {n: record.read_rows(folder / n) for n in CSV_FILES if (folder / n).is_file()}
+    texts = tuple((n, (folder / n).read_text()) for n in CSV_FILES if (folder / n).is_file())
+    return _expected(str(experiment_file.resolve()), experiment_file.read_text(), texts)
+
+
+@functools.cache
+def _expected(path: str, source: str, texts: tuple[tuple[str, str], ...]) -> str:
+    """:func:`expected_report` from the tables' texts, cached by the experiment file's resolved
+    path, its source and the texts (``source`` is the key's: the file is loaded from
+    ``path``)."""
+    module, experiment_file = load_file(path), Path(path)
+    tables = {n: record.parse_rows(t) for n, t in texts}
     verdicts, bodies = {}, []
     if hasattr(module, "analyze"):
         if not hasattr(module, "report_from_rows"):
@@ -46,7 +56,7 @@ def expected_report(folder: Path, experiment_file: Path) -> str:
             summary, table = summarize(experiment, rows)
         except ValueError as error:
             raise Differs(str(error)) from None
-        _compare_cells(folder / "results.csv", table)
+        _compare_cells(dict(texts)["results.csv"], table)
         verdict, reason = judge(experiment, summary)
         record_seeds = sorted({r["seed"] for r in rows})  # as trained (--set train.seed too)
         verdicts[experiment.claim_id] = (verdict, reason)
@@ -60,8 +70,8 @@ class Differs(ValueError):
     """A table of the record differs from what its own rows give."""
 
 
-def _compare_cells(path: Path, table: list[dict]) -> None:
-    committed = storage.read_csv(path)
+def _compare_cells(text: str, table: list[dict]) -> None:
+    committed = storage.parse_csv(text)
     for i, (row, expected) in enumerate(zip(committed, table, strict=True), start=2):
         for column, value in expected.items():
             cell = "" if value is None else str(value)

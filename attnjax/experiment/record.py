@@ -99,6 +99,11 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [{k: parse_cell(v) for k, v in r.items()} for r in storage.read_csv(path)]
 
 
+def parse_rows(text: str) -> list[dict[str, Any]]:
+    """:func:`read_rows` of a CSV's text."""
+    return [{k: parse_cell(v) for k, v in r.items()} for r in storage.parse_csv(text)]
+
+
 def check_folder(out: Path, kind: str, source: str | Path, overwrite: bool) -> None:
     """``FileExistsError`` unless ``out`` may take the record of ``attnjax <kind> <source>``:
     it is new, holds no record, or its ``written_by.json`` names the same command and file

@@ -4,6 +4,7 @@ Nothing here pickles: JSON, CSV and orbax array checkpoints only.
 """
 
 import csv
+import io
 import json
 import platform
 import subprocess
@@ -120,6 +121,11 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 def read_csv(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as f:
         return list(csv.DictReader(f))
+
+
+def parse_csv(text: str) -> list[dict[str, str]]:
+    """:func:`read_csv` of a CSV's text."""
+    return list(csv.DictReader(io.StringIO(text)))
 
 
 # Orbax's finalization of concurrent saves from several threads (a sweep trains points in

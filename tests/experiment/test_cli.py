@@ -124,17 +124,6 @@ def test_usage_errors_are_one_line_before_any_folder(
     assert not out.exists()
 
 
-def test_claims_finds_the_repository_or_takes_root(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(ROOT / "docs")
-    cli.main(["claims", "--check"])
-    printed = capsys.readouterr().out
-    assert "| claim | experiment | verdict |" in printed and "| E1 " in printed
-    assert f"up to date: docs/claims.md, README.md ({ROOT})" in printed
-    monkeypatch.chdir(tmp_path)
-    assert "pass --root" in _refused(capsys, ["claims", "--check"])
-    assert "--root: " in _refused(capsys, ["claims", "--root", str(tmp_path)])
-
-
 def test_help_gives_smoke_its_real_cost(capsys):
     with pytest.raises(SystemExit):
         cli.main(["sweep", "--help"])
