@@ -229,12 +229,39 @@ def sweep(
     progress: Callable[[str, int, int, float], None] | None = None,
     smoke: bool = False,
 ) -> Outcome:
-    """Train every point (``workers`` at a time); write ``results.csv`` and ``summary.png``;
-    return the :class:`Outcome`. ``progress(point, step, total, loss)`` follows each point.
-    A point folder holding another run is a ``FileExistsError`` before anything trains
-    (:func:`check_points`). ``smoke`` (a run that only checks the code runs) says so in the
-    figures' titles."""
+    """Train every point (:func:`train_points`); write ``results.csv`` and ``summary.png``;
+    return the :class:`Outcome`. ``smoke`` (a run that only checks the code runs) says so in
+    the figures' titles."""
     out = Path(out)
+    rows, folders = train_points(
+        experiment, out, num_seeds=num_seeds, overwrite=overwrite, workers=workers,
+        progress=progress, smoke=smoke,
+    )  # fmt: skip
+    summary, table = summarize(experiment, rows)
+    verdict, reason = judge(experiment, summary)
+    if jax.process_index() == 0:
+        storage.write_csv(out / "results.csv", table)
+        plot_summary(summary, experiment, out / "summary.png", smoke=smoke)
+    body = sweep_report(experiment, summary, verdict, reason, num_seeds)
+    return Outcome(summary, experiment.claim_id, verdict, reason, body, folders)
+
+
+def train_points(
+    experiment: Experiment,
+    out: str | Path,
+    *,
+    num_seeds: int = 5,
+    overwrite: bool = False,
+    workers: int = 2,
+    progress: Callable[[str, int, int, float], None] | None = None,
+    smoke: bool = False,
+) -> tuple[list[dict[str, Any]], tuple[Path, ...]]:
+    """Train every point (``workers`` at a time) into ``<out>/points/<id>/``, growing the
+    rate grids of an :class:`AutoRates` experiment; return every run row (with
+    ``flops_per_step``) and the point folders. ``progress(point, step, total, loss)`` follows
+    each point. A point folder holding another run is a ``FileExistsError`` before anything
+    trains (:func:`check_points`); a point folder of the same config resumes (a finished
+    one is evaluated from its last checkpoint, not trained again)."""
     names = labels(experiment.points)
     folders, configs = check_points(experiment, out, num_seeds=num_seeds, overwrite=overwrite)
 
@@ -264,13 +291,7 @@ def sweep(
     rows = [r for point_rows in all_rows for r in point_rows]
     if isinstance(experiment.learning_rates, AutoRates):
         rows = _extend_rates(experiment, rows, folders, train_point_at, workers)
-    summary, table = summarize(experiment, rows)
-    verdict, reason = judge(experiment, summary)
-    if jax.process_index() == 0:
-        storage.write_csv(out / "results.csv", table)
-        plot_summary(summary, experiment, out / "summary.png", smoke=smoke)
-    body = sweep_report(experiment, summary, verdict, reason, num_seeds)
-    return Outcome(summary, experiment.claim_id, verdict, reason, body, folders)
+    return rows, folders
 
 
 def _extend_rates(
