@@ -165,15 +165,27 @@ def check_workdir(
     overwrite: bool = False,
 ) -> None:
     """``FileExistsError`` if ``workdir`` holds a run of another config (or other seeds or
-    rates) and ``overwrite`` is not set; the same config resumes."""
+    rates) and ``overwrite`` is not set; the same config resumes, also when its
+    ``config.json`` predates a field added since with its default."""
     path = Path(workdir) / "config.json"
     if overwrite or not path.exists():
         return
-    if storage.read_json(path) != _record(config, num_seeds, learning_rates)[1]:
+    if _stored_record(path) != _record(config, num_seeds, learning_rates)[1]:
         raise FileExistsError(
             f"workdir: {workdir} holds a run of another config; "
             "choose another folder or pass overwrite=True (--overwrite)"
         )
+
+
+def _stored_record(path: Path) -> dict[str, Any]:
+    """A run folder's ``config.json`` with its config read back by this version (fields added
+    since take their defaults); as stored if this version cannot read it."""
+    stored = storage.read_json(path)
+    try:
+        config = from_dict(stored["config"]).to_dict()
+    except (KeyError, TypeError, ValueError):
+        return stored  # not this version's config: compared as it is, it differs
+    return stored | {"config": json.loads(json.dumps(config))}
 
 
 def remove_run(workdir: str | Path) -> None:

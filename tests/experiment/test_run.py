@@ -14,7 +14,13 @@ import pytest
 from flax import nnx
 
 from attnjax import cli, tasks
-from attnjax.experiment import Runs, load_run, train_and_evaluate, with_overrides
+from attnjax.experiment import (
+    Runs,
+    check_workdir,
+    load_run,
+    train_and_evaluate,
+    with_overrides,
+)
 from attnjax.experiment import trainer as streams
 from attnjax.experiment.config import task_name
 from attnjax.experiment.run import PATCH_BATCH
@@ -110,6 +116,19 @@ def test_existing_folder_of_another_config_is_never_overwritten(dropout_config, 
     other = with_overrides(dropout_config, {"model.heads": 2})
     with pytest.raises(FileExistsError, match="overwrite"):
         train_and_evaluate(other, reference_run[0], num_seeds=2)
+
+
+def test_a_folder_from_before_a_new_field_resumes_and_another_config_still_refuses(
+    dropout_config, reference_run, tmp_path
+):
+    shutil.copy(reference_run[0] / "config.json", tmp_path / "config.json")
+    stored = json.loads((tmp_path / "config.json").read_text())
+    del stored["config"]["train"]["extrapolate"]  # written before the field existed
+    (tmp_path / "config.json").write_text(json.dumps(stored))
+    check_workdir(dropout_config, tmp_path, num_seeds=2)  # its default: the same config
+    with pytest.raises(FileExistsError, match="another config"):
+        check_workdir(with_overrides(dropout_config, {"train.steps": 40}), tmp_path,
+                      num_seeds=2)  # fmt: skip
 
 
 def test_load_run_restores_a_model_that_reproduces_the_final_metric(reference_run):
