@@ -229,8 +229,9 @@ def sweep(
     progress: Callable[[str, int, int, float], None] | None = None,
     smoke: bool = False,
 ) -> Outcome:
-    """Train every point (:func:`train_points`); write ``results.csv`` and ``summary.png``;
-    return the :class:`Outcome`. ``smoke`` (a run that only checks the code runs) says so in
+    """Train every point (:func:`train_points`, ``progress(point, step, total, loss)``
+    following each); write ``results.csv`` and ``summary.png``; return the :class:`Outcome`.
+    ``smoke`` (a run that only checks the code runs) says so in
     the figures' titles."""
     out = Path(out)
     rows, folders = train_points(
