@@ -216,7 +216,7 @@ def _analysis_options(module, args: argparse.Namespace) -> dict[str, object]:
     """``seeds`` (when given on the command line) and ``overwrite`` for the file's
     ``analyze``; ``--seeds`` for a file whose only part, its analysis, takes no seeds is an
     error (a file with a sweep too uses them there)."""
-    options = {"overwrite": args.overwrite}
+    options = {"overwrite": args.overwrite, **getattr(args, "analysis_options", {})}
     if args.seeds is not None:
         if "seeds" in inspect.signature(module.analyze).parameters:
             options["seeds"] = args.seeds
@@ -252,7 +252,9 @@ def sweep(args: argparse.Namespace) -> None:
         environment |= {"seeds": list(seeds(exp, num_seeds)), "pilot_seeds": list(exp.pilot_seeds)}
     verdicts, bodies = {}, []
     if hasattr(module, "analyze"):
-        with _folder_errors(), report.smoke_figures(args.smoke):
+        with _folder_errors(), report.smoke_figures(args.smoke), Progress() as progress:
+            if "progress" in inspect.signature(module.analyze).parameters:
+                options["progress"] = progress
             analysis = module.analyze(out, args.smoke, **options)
         if primary:
             storage.write_csv(out / analysis.csv_name, analysis.rows)
@@ -281,6 +283,27 @@ def sweep(args: argparse.Namespace) -> None:
         dest = Path(args.experiment).resolve().parents[1] / "results" / name
         record.publish(out, dest)
         print(f"published: {dest}")
+
+
+def atlas(args: argparse.Namespace) -> None:
+    """The expressiveness atlas, ``experiments/atlas.py`` of the repository (``--root``): the
+    sweep command on it, ``--tasks`` and ``--scores`` choosing a subset (which judges nothing
+    and is not published); a run invoked again resumes from its folder."""
+    args.experiment = _atlas_file(args)
+    args.analysis_options = {"tasks": tuple(args.tasks), "scores": tuple(args.scores)}
+    sweep(args)
+
+
+@_usage_errors
+def _atlas_file(args: argparse.Namespace) -> str:
+    """The repository's ``experiments/atlas.py``, once the subset and ``--publish`` are
+    checked."""
+    root = _claims_root(args.root)
+    if args.publish and (args.tasks or args.scores):
+        raise ValueError("--publish: a subset (--tasks, --scores) is not the atlas's record")
+    path = str(root / "experiments" / "atlas.py")
+    experiment.load_file(path).check_subset(args.smoke, args.tasks, args.scores)
+    return path
 
 
 def _claims_root(root: Path | None) -> Path:
@@ -423,6 +446,21 @@ def main(argv: list[str] | None = None) -> None:
         help="copy the record (report, tables, figures, env.json) to results/<experiment>/",
     )  # fmt: skip
     sub = commands.add_parser(
+        "atlas", help="every score on every synthetic task (experiments/atlas.py); resumes"
+    )
+    sub.add_argument("--tasks", nargs="+", default=[], help="columns or tasks (default: all)")
+    sub.add_argument("--scores", nargs="+", default=[], help="scores (default: all six)")
+    sub.add_argument("--seeds", type=_positive, default=None, help="seeds per cell (default 5)")
+    sub.add_argument("--out", type=Path, help="output folder (default sweeps/atlas)")
+    sub.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    sub.add_argument("--overwrite", action="store_true", help="replace the atlas's own files")
+    sub.add_argument("--publish", action="store_true", help="copy the record to results/atlas/")
+    sub.add_argument(
+        "--root", type=Path, help="the repository (default: the one holding the current folder)"
+    )
+    sub.add_argument("--debug", action="store_true", help="show tracebacks of usage errors")
+    sub.set_defaults(set=[], workers=2)
+    sub = commands.add_parser(
         "claims", help="generate the claims tables of docs/claims.md and README.md from results/"
     )
     sub.add_argument(
@@ -452,7 +490,7 @@ def main(argv: list[str] | None = None) -> None:
     if getattr(args, "patching", False):
         args.set.append("train.patching=true")
     commands = {"demo": lambda _: demo(), "run": run, "sweep": sweep, "claims": claims,
-                "audit": audit}  # fmt: skip
+                "audit": audit, "atlas": atlas}  # fmt: skip
     _compile_cache()
     try:
         commands[args.command](args)

@@ -1,0 +1,243 @@
+"""The expressiveness atlas: every score on every task column, at each head and layer count,
+at matched parameter counts; its cells, heatmaps and MAD-style scores.
+
+A :class:`Column` is one task at one difficulty level with its base config. A *cell* is
+``(score, heads, layers)`` on a column: a sweep point whose width is the largest that keeps
+the model's parameters within the scaled-dot model's at the column's width
+(:func:`matched_width`), so a score's extra parameters never buy capacity. Each column trains
+as a sweep of its cells (:func:`column_experiment`, every seed and rate vectorized) in its own
+folder, so an atlas invoked again resumes where it stopped.
+"""
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import matplotlib.pyplot as plt
+import numpy as np
+from flax import nnx
+
+from attnjax import nn
+from attnjax.experiment import report
+from attnjax.experiment.config import ExperimentConfig, with_overrides
+from attnjax.experiment.sweep import (
+    Experiment,
+    LearningRates,
+    Stats,
+    labels,
+    summarize,
+    train_points,
+)
+
+WIDTH_STEP = 4  # widths are multiples of 4: two heads of even size (RoPE rotates pairs)
+TOLERANCE = 0.01  # a cell may exceed the scaled-dot budget by this share (cosine's scales)
+
+
+class Column(NamedTuple):
+    """One task at one difficulty level: ``name`` (``"in_context_recall-hard"``), ``family``
+    (e.g. ``"mad"``), the ``base`` config its cells override and ``solved_at``, the test
+    accuracy a seed must reach to count as solved. ``extrapolates``: the base trains with an
+    extrapolation split (``train.extrapolate`` > 1)."""
+
+    name: str
+    family: str
+    base: ExperimentConfig
+    solved_at: float = 0.9
+
+    @property
+    def extrapolates(self) -> bool:
+        return self.base.train.extrapolate > 1
+
+
+class Cell(NamedTuple):
+    """A cell's outcome: test accuracy over seeds at its best rate (:class:`Stats`), the
+    extrapolation split's mean accuracy at that rate (NaN without one) and the training FLOPs
+    of one run (``flops_per_step × steps``)."""
+
+    stats: Stats
+    longer: float
+    train_flops: float
+
+
+def param_count(config: ExperimentConfig) -> int:
+    """Parameters of ``config``'s model (shapes only, nothing is initialized)."""
+    model = nnx.eval_shape(lambda: nn.build(config.model, nnx.Rngs(0)))
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+@functools.cache
+def matched_width(base: ExperimentConfig, score: str, heads: int, layers: int) -> int:
+    """The largest multiple of :data:`WIDTH_STEP` up to ``base.model.width`` at which the model
+    with ``score``, ``heads`` and ``layers`` has at most the parameters of the scaled-dot
+    model at ``base.model.width`` (plus :data:`TOLERANCE`); a ``ValueError`` if none has."""
+    shape = {"model.heads": heads, "model.layers": layers}
+    budget = param_count(with_overrides(base, shape | {"model.score": "scaled_dot"}))
+    for width in range(base.model.width - base.model.width % WIDTH_STEP, 0, -WIDTH_STEP):
+        config = with_overrides(base, shape | {"model.score": score, "model.width": width})
+        if param_count(config) <= budget * (1 + TOLERANCE):
+            return width
+    raise ValueError(f"matched_width: no width fits {score} within {budget} parameters")
+
+
+def _judged_by_the_atlas(summary: Any) -> tuple[str, str]:
+    raise ValueError("a column's sweep judges nothing: the atlas judges its claims over columns")
+
+
+def column_experiment(
+    column: Column,
+    scores: Sequence[str],
+    heads: Sequence[int],
+    layers: Sequence[int],
+    learning_rates: LearningRates | str,
+) -> Experiment:
+    """The sweep of ``column``'s cells: one point per score × heads × layers, at its
+    :func:`matched_width`."""
+    points = tuple(
+        {"model.score": s, "model.heads": h, "model.layers": n,
+         "model.width": matched_width(column.base, s, h, n)}
+        for s in scores for h in heads for n in layers
+    )  # fmt: skip
+    return Experiment(
+        name=column.name,
+        claim_id="atlas",
+        claim=f"a column of the atlas: {column.name}",
+        base=column.base,
+        points=points,
+        metric="accuracy",
+        verdict=_judged_by_the_atlas,
+        learning_rates=learning_rates,
+        solved_at=column.solved_at,
+    )
+
+
+def train_columns(
+    experiments: Sequence[Experiment],
+    out: Path,
+    *,
+    num_seeds: int,
+    overwrite: bool = False,
+    progress: Callable[[str, int, int, float], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Train each column's sweep in ``<out>/columns/<name>/`` (resuming what its folders
+    hold); return every run row, ``column`` first, with ``train_flops``."""
+    rows = []
+    for experiment in experiments:
+        folder = out / "columns" / experiment.name
+        named = None if progress is None else functools.partial(_named, progress, experiment.name)
+        found, _ = train_points(
+            experiment, folder, num_seeds=num_seeds, overwrite=overwrite, progress=named
+        )
+        steps = experiment.base.train.steps
+        rows += [{"column": experiment.name, **r, "train_flops": r["flops_per_step"] * steps}
+                 for r in found]  # fmt: skip
+    return rows
+
+
+def _named(progress: Callable[[str, int, int, float], None], column: str, point: str, *args):
+    progress(f"{column}: {point}", *args)
+
+
+def cells(
+    experiments: Sequence[Experiment], rows: Sequence[Mapping[str, Any]]
+) -> dict[tuple[str, str, int, int], Cell]:
+    """Every cell present in ``rows``, by ``(column, score, heads, layers)``: its test accuracy
+    at the rate chosen on the valid split (:func:`attnjax.experiment.sweep.summarize`), the
+    extrapolation split and the training FLOPs at that rate. A column without rows is left
+    out; a column with some of its cells only is a ``ValueError`` (from ``summarize``)."""
+    found = {}
+    for experiment in experiments:
+        own = [r for r in rows if r["column"] == experiment.name]
+        if not own:
+            continue
+        summary, _ = summarize(experiment, own)
+        for point, name in zip(experiment.points, labels(experiment.points), strict=True):
+            stats = summary[point]
+            at_best = [r for r in own if r["point"] == name]
+            chosen = [r for r in at_best if r["learning_rate"] == stats.learning_rate]
+            longer = [_or_nan(r.get("longer_accuracy")) for r in chosen]
+            key = (experiment.name, point["model.score"], point["model.heads"],
+                   point["model.layers"])  # fmt: skip
+            found[key] = Cell(stats, float(np.mean(longer)), float(chosen[0]["train_flops"]))
+    return found
+
+
+def _or_nan(value: float | None) -> float:
+    """A table's cell, NaN where the column has none (a column without the split)."""
+    return math.nan if value is None else value
+
+
+def heatmap_figure(
+    found: Mapping[tuple[str, str, int, int], Cell],
+    columns: Sequence[Column],
+    scores: Sequence[str],
+    settings: Sequence[tuple[int, int]],
+) -> plt.Figure:
+    """One heatmap per ``(heads, layers)`` setting: scores × columns, each cell its mean test
+    accuracy with its solved seeds (``k/n``); a cell not trained is blank. Untitled: the
+    caller's :func:`attnjax.experiment.report.save_figure` names it."""
+    width, height = max(6.0, 2.0 + 0.7 * len(columns)), 2.2 + 0.35 * len(scores)
+    fig, axes = plt.subplots(len(settings), 1, figsize=(width, height * len(settings)),
+                             squeeze=False)  # fmt: skip
+    for ax, (heads, layers) in zip(axes[:, 0], settings, strict=True):
+        values = np.full((len(scores), len(columns)), np.nan)
+        for i, score in enumerate(scores):
+            for j, column in enumerate(columns):
+                cell = found.get((column.name, score, heads, layers))
+                if cell is None:
+                    continue
+                values[i, j] = cell.stats.mean
+                solved = f"{cell.stats.solved(column.solved_at)}/{len(cell.stats.values)}"
+                color = "white" if cell.stats.mean < 0.6 else "black"
+                text = f"{cell.stats.mean:.2f}\n{solved}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=6, color=color)
+        image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+        ax.set_yticks(range(len(scores)), scores, fontsize=7)
+        ax.set_xticks(range(len(columns)), [c.name for c in columns], rotation=60, ha="right",
+                      fontsize=7)  # fmt: skip
+        ax.set_title(f"{heads} head{'s' * (heads > 1)}, {layers} layer{'s' * (layers > 1)}",
+                     fontsize=8)  # fmt: skip
+        fig.colorbar(image, ax=ax, shrink=0.9, pad=0.01)
+    return fig
+
+
+def family_scores(
+    found: Mapping[tuple[str, str, int, int], Cell],
+    columns: Sequence[Column],
+    score: str,
+    setting: tuple[int, int],
+    longer: bool = False,
+) -> float:
+    """MAD's score: the mean test accuracy of ``score`` at ``setting`` over ``columns`` (every
+    task and difficulty level of a family); ``longer``: of the extrapolation split, over the
+    columns that have one. NaN if a cell is missing."""
+    chosen = [c for c in columns if c.extrapolates or not longer]
+    values = []
+    for column in chosen:
+        cell = found.get((column.name, score, *setting))
+        if cell is None:
+            return math.nan
+        values.append(cell.longer if longer else cell.stats.mean)
+    return float(np.mean(values)) if values else math.nan
+
+
+def cell_table(
+    found: Mapping[tuple[str, str, int, int], Cell],
+    columns: Sequence[Column],
+    scores: Sequence[str],
+    setting: tuple[int, int],
+) -> str:
+    """The markdown table of one ``(heads, layers)`` setting: a row per column, a cell per
+    score (mean ± 95% interval, solved seeds)."""
+    rows = []
+    for column in columns:
+        row = [column.name]
+        for score in scores:
+            cell = found.get((column.name, score, *setting))
+            row.append("–" if cell is None else (
+                f"{report.fmt(cell.stats.mean, cell.stats.half_width)} "
+                f"({cell.stats.solved(column.solved_at)}/{len(cell.stats.values)})"))  # fmt: skip
+        rows.append(row)
+    return report.markdown_table(["column", *scores], rows)
