@@ -10,6 +10,7 @@ folder, so an atlas invoked again resumes where it stopped.
 """
 
 import functools
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ import numpy as np
 from flax import nnx
 
 from attnjax import nn
-from attnjax.experiment import report
+from attnjax.experiment import record, report, storage
 from attnjax.experiment.config import ExperimentConfig, with_overrides
 from attnjax.experiment.sweep import (
     Experiment,
@@ -122,18 +123,48 @@ def train_columns(
     progress: Callable[[str, int, int, float], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train each column's sweep in ``<out>/columns/<name>/`` (resuming what its folders
-    hold); return every run row, ``column`` first, with ``train_flops``."""
+    hold) and write its table, ``<out>/columns/<name>.csv``, with its plan beside it
+    (``<name>.json``: base config, cells, seeds, rates); return every run row, ``column``
+    first, with ``train_flops``. A column whose table is there is read, not trained (copy the
+    tables of a partly finished atlas there to resume it on another machine); a table whose
+    plan is not the column's is a ``ValueError`` (``overwrite``: trained again)."""
     rows = []
     for experiment in experiments:
         folder = out / "columns" / experiment.name
+        table, plan_file = folder.with_suffix(".csv"), folder.with_suffix(".json")
+        planned = _plan(experiment, num_seeds)
+        if table.is_file() and not overwrite:
+            if not plan_file.is_file() or storage.read_json(plan_file) != planned:
+                raise ValueError(
+                    f"{table}: written for another plan than {experiment.name}'s (config, "
+                    f"cells, seeds or rates; see {plan_file.name}): remove it, or overwrite"
+                )
+            rows += record.read_rows(table)
+            continue
         named = None if progress is None else functools.partial(_named, progress, experiment.name)
         found, _ = train_points(
             experiment, folder, num_seeds=num_seeds, overwrite=overwrite, progress=named
         )
         steps = experiment.base.train.steps
-        rows += [{"column": experiment.name, **r, "train_flops": r["flops_per_step"] * steps}
+        found = [{"column": experiment.name, **r, "train_flops": r["flops_per_step"] * steps}
                  for r in found]  # fmt: skip
+        storage.write_csv(table, found)
+        storage.write_json(plan_file, planned)
+        rows += found
     return rows
+
+
+def _plan(experiment: Experiment, num_seeds: int) -> dict[str, Any]:
+    """What a column's table must have been trained with, as JSON reads it back."""
+    start = experiment.base.train.seed
+    rates = experiment.learning_rates
+    plan = {
+        "base": experiment.base.to_dict(),
+        "cells": [dict(p) for p in experiment.points],
+        "seeds": list(range(start, start + num_seeds)),
+        "rates": repr(rates),
+    }
+    return json.loads(json.dumps(plan))
 
 
 def _named(progress: Callable[[str, int, int, float], None], column: str, point: str, *args):

@@ -1,6 +1,6 @@
 """The expressiveness atlas: matched widths, the rules of its claims on known cells, the smoke
-atlas through the command line (its record recomputes from its table, and a second call
-resumes without training), and its refusals."""
+atlas through the command line (its record recomputes from its table, a second call reads the
+finished columns' tables, a table of another plan is refused), and its refusals."""
 
 import math
 import pathlib
@@ -99,7 +99,11 @@ def test_smoke_atlas_records_recomputes_and_resumes(tmp_path, capsys):
     assert (out / "report.md").read_text() == text
     steps = []
     again = ATLAS.analyze(out, True, progress=lambda *a: steps.append(a))
-    assert steps == [] and again.body == recomputed.body  # finished runs do not train again
+    assert steps == [] and again.body == recomputed.body  # finished columns are read
+    plan = out / "columns" / "xor_relation.json"
+    plan.write_text(plan.read_text().replace('"steps": 20', '"steps": 40'))
+    with pytest.raises(ValueError, match="xor_relation.csv: written for another plan"):
+        ATLAS.analyze(out, True)
 
 
 def test_atlas_refuses_unknown_names_and_a_published_subset(tmp_path, capsys):
