@@ -9,10 +9,12 @@ as a sweep of its cells (:func:`column_experiment`, every seed and rate vectoriz
 folder, so an atlas invoked again resumes where it stopped.
 """
 
+import contextlib
 import functools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -142,16 +144,38 @@ def train_columns(
             rows += record.read_rows(table)
             continue
         named = None if progress is None else functools.partial(_named, progress, experiment.name)
-        found, _ = train_points(
-            experiment, folder, num_seeds=num_seeds, overwrite=overwrite, progress=named
-        )
+        with timed() as cost:
+            found, _ = train_points(
+                experiment, folder, num_seeds=num_seeds, overwrite=overwrite, progress=named
+            )
         steps = experiment.base.train.steps
         found = [{"column": experiment.name, **r, "train_flops": r["flops_per_step"] * steps}
-                 for r in found]  # fmt: skip
+                 | cost for r in found]  # fmt: skip
         storage.write_csv(table, found)
         storage.write_json(plan_file, planned)
         rows += found
     return rows
+
+
+@contextlib.contextmanager
+def timed() -> Iterator[dict[str, float]]:
+    """The cost of the block, filled in on exit: ``wall_s``, the process's CPU seconds
+    (``cpu_s``, every thread) and the seconds JAX spent tracing, lowering and compiling
+    (``compile_s``, from its monitoring events)."""
+    cost, compiling = {}, [0.0]
+
+    def listener(event: str, seconds: float, **_: Any) -> None:
+        if event.startswith("/jax/core/compile/"):
+            compiling[0] += seconds
+
+    wall, cpu = time.monotonic(), time.process_time()
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield cost
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+        cost |= {"wall_s": time.monotonic() - wall, "cpu_s": time.process_time() - cpu,
+                 "compile_s": compiling[0]}  # fmt: skip
 
 
 def _plan(experiment: Experiment, num_seeds: int) -> dict[str, Any]:
