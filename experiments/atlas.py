@@ -94,7 +94,7 @@ LEVELS = {
     "memorization": (dict(vocab_size=64, seq_len=32), dict(vocab_size=256, seq_len=32)),
     "automaton": (dict(num_states=4, seq_len=64), dict(num_states=6, seq_len=128)),
 }
-EXPRESSIVENESS = ("xor_relation", "min_of_keys", "impostor", "copy", "mqar")
+EXPRESSIVENESS = ("xor_relation", "impostor", "copy", "mqar", "min_of_keys")
 
 
 def _level_config(task: str, fields: Mapping[str, Any], smoke: bool) -> ExperimentConfig:
