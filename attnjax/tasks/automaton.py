@@ -17,6 +17,11 @@ classes: ``num_symbols + 1``.
 
 Metric: ``accuracy`` of the next symbol at the scored positions. Chance: ``1 / num_symbols``
 exactly: the generator treats every symbol alike, so a scored target is uniform over them.
+No bag-of-tokens baseline: the Bayes-optimal order-blind readout needs the posterior over the
+automata and walks that give the symbol counts seen, which no closed form or enumeration reaches
+at these sizes. Cheap order-blind rules bound it only from below, and loosely: on in-context
+recall, where the ceiling is known exactly, rules guessing among the tokens that occur a chosen
+number of times (chosen per position) reach less than half of it.
 Length extrapolation: :func:`attnjax.tasks.base.longer` (more strings of the same automaton).
 
 Where attnjax differs: RegBench draws 4-12 states, alphabets of 4-18 of 20 symbols and 1-4

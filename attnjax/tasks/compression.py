@@ -9,6 +9,16 @@ sequence, scored (``loss_mask``) where it is content, not noise. Not next-token 
 Classes: ``V``.
 
 Chance: ``1 / C`` per position (``sequence_accuracy``: ``C^-(L - 1)`` without noise).
+``spec.baselines["bag_of_tokens_accuracy"]`` (exact; :mod:`attnjax.tasks.bag`): at every scored
+position the inputs so far hold the whole sequence, whose multiset says which tokens occur how
+often but not in which order, plus compression tokens (their number gives the position). The
+``L - 1`` tokens are i.i.d., so given their multiset every ordering is equally likely: token
+``i`` is content token ``c`` (and so scored, with target ``c``) with probability
+``count(c) / (L - 1)`` whatever ``i``. The best order-blind guess is the most frequent content
+token everywhere, right at ``E[max_c count(c)]`` positions per example out of
+``(L - 1)(1 - frac_noise)`` scored. The number of content tokens is
+``Binomial(L - 1, 1 - frac_noise)`` and, given it, their counts are uniform multinomial over the
+``C`` content tokens.
 Length extrapolation: :func:`attnjax.tasks.base.longer` (a longer sequence to reconstruct).
 
 Where attnjax differs: MAD trains an autoencoder whose decoder sees only the state at the
@@ -22,9 +32,11 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import PRNGKeyArray
+from scipy import stats
 
-from attnjax.tasks import base
+from attnjax.tasks import bag, base
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +58,15 @@ class CompressionConfig:
             num_classes=self.vocab_size,
             chance_accuracy=1 / (self.vocab_size - 1 - self.noise_vocab_size),
             vocab_size=self.vocab_size,
+            baselines={"bag_of_tokens_accuracy": self._bag_of_tokens()},
         )
+
+    def _bag_of_tokens(self) -> float:
+        """``E[max content count] / E[content count]`` (module docstring)."""
+        n, keep = self.seq_len - 1, 1 - self.frac_noise
+        content = stats.binom.pmf(np.arange(n + 1), n, keep)
+        best = content @ bag.mean_max_counts(n, self.vocab_size - 1 - self.noise_vocab_size)
+        return float(best / (n * keep))
 
 
 def generate(key: PRNGKeyArray, batch_size: int, config: CompressionConfig) -> base.Batch:

@@ -15,6 +15,11 @@ context. Vocabulary and classes: ``V``.
 
 Chance: ``1 / (V - 1 - K)``; a target is a token of a uniform permutation of the value tokens,
 so each value token is equally likely at each scored position.
+No bag-of-tokens baseline: the Bayes-optimal order-blind readout needs the posterior over every
+way the multiset of inputs splits into key and value motifs of varying sizes, which no closed
+form or enumeration reaches at these sizes. Cheap order-blind rules bound it only from below,
+and loosely: on in-context recall, where the ceiling is known exactly, rules guessing among the
+tokens that occur a chosen number of times (chosen per position) reach less than half of it.
 Length extrapolation: :func:`attnjax.tasks.base.longer` (more pairs, same motifs).
 
 Where attnjax differs: MAD trains on every next token and tests on recalled values with keys

@@ -10,6 +10,14 @@ appear in the inputs, so nothing can be recalled from context. Not next-token pr
 Classes: ``V``.
 
 Chance: ``1 / K`` (uniform keys, distinct values).
+``spec.baselines["bag_of_tokens_accuracy"]`` (exact; :mod:`attnjax.tasks.bag`): the accuracy of
+a predictor that knows the map but sees only the multiset of the inputs so far, so it cannot
+tell which key is the current one; it measures how much this task needs order (a one-token look
+back), not memorization. At the insert of pair ``i`` the multiset holds keys ``k_0 … k_i``, i.i.d.
+uniform, so the current key is each key present with probability ``count / (i + 1)``; the map
+being one to one, the best guess is the value of the most frequent key, right with probability
+``E[max count] / (i + 1)`` for counts ``Multinomial(i + 1, uniform over K)``. The baseline averages
+this over the ``T / 2`` scored positions.
 Length extrapolation: :func:`attnjax.tasks.base.longer` (more pairs; each is as hard).
 
 Where attnjax differs: MAD trains on a fixed set of 256 sequences for many epochs; here each
@@ -25,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Int, PRNGKeyArray
 
-from attnjax.tasks import base
+from attnjax.tasks import bag, base
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +55,14 @@ class MemorizationConfig:
             num_classes=self.vocab_size,
             chance_accuracy=1 / ((self.vocab_size - 1) // 2),
             vocab_size=self.vocab_size,
+            baselines={"bag_of_tokens_accuracy": self._bag_of_tokens()},
         )
+
+    def _bag_of_tokens(self) -> float:
+        """The mean over pairs ``i`` of ``E[max count] / (i + 1)`` (module docstring)."""
+        pairs = self.seq_len // 2
+        keys = np.arange(1, pairs + 1)
+        return float(np.mean(bag.mean_max_counts(pairs, (self.vocab_size - 1) // 2)[keys] / keys))
 
 
 @functools.cache

@@ -9,6 +9,14 @@ positions, uniform among the first ``T - N - 1``, in order, blanks elsewhere; th
 Requires ``T > 2N + 1``. Classes: ``V``.
 
 Chance: ``1 / (V - 2)`` per position (``sequence_accuracy``: ``(V - 2)^-N``).
+``spec.baselines["bag_of_tokens_accuracy"]`` (exact; :mod:`attnjax.tasks.bag`): at every scored
+position the inputs so far hold the same ``N`` content tokens, and their multiset says which
+tokens occur how often but not in which order. The tokens are i.i.d., so given their multiset
+every ordering is equally likely and target ``j`` is token ``c`` with probability
+``count(c) / N`` (the positions carry nothing: blanks, the copy token, and where the tokens sat
+are independent of the tokens). The best order-blind guess is the most frequent token, right
+with probability ``E[max_c count(c)] / N`` at every scored position, for counts
+``Multinomial(N, uniform over V - 2)``.
 Length extrapolation: :func:`attnjax.tasks.base.longer` (more blanks, the same ``N`` tokens).
 
 Where attnjax differs: MAD inserts its blanks with ``np.insert`` at indices below ``N``, so the
@@ -22,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import PRNGKeyArray
 
-from attnjax.tasks import base
+from attnjax.tasks import bag, base
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +51,13 @@ class SelectiveCopyingConfig:
             num_classes=self.vocab_size,
             chance_accuracy=1 / (self.vocab_size - 2),
             vocab_size=self.vocab_size,
+            baselines={"bag_of_tokens_accuracy": self._bag_of_tokens()},
         )
+
+    def _bag_of_tokens(self) -> float:
+        """``E[max count] / N`` (module docstring)."""
+        n = self.num_tokens
+        return float(bag.mean_max_counts(n, self.vocab_size - 2)[n] / n)
 
 
 def generate(key: PRNGKeyArray, batch_size: int, config: SelectiveCopyingConfig) -> base.Batch:

@@ -1,13 +1,17 @@
 """MAD's six tasks and the automaton task: targets from plain numpy solvers, the length
 extrapolation split, jit and vmap over seeds, and one smoke training."""
 
+import collections
+import itertools
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from attnjax import tasks
-from attnjax.tasks import automaton, base, memorization
+from attnjax.tasks import automaton, bag, base, memorization, recall
 from tests.tasks.conftest import SMALL
 
 ATLAS = (
@@ -226,3 +230,144 @@ def test_smoke_training_learns_memorization_above_chance():
         state, _ = trainer.train_chunk(state, runs, rates, start)
     accuracy = float(trainer.evaluate(state, runs, "test")["accuracy"][0])
     assert accuracy > 4 * config.task.spec.chance_accuracy, accuracy  # 0.570 measured; 4x is 0.25
+
+
+# --- Bag-of-tokens baselines -------------------------------------------------------------
+
+
+def _bag_bayes(examples):
+    """The Bayes accuracy of an order-blind readout on an enumerated task: ``examples`` yields
+    ``(probability, inputs, targets, mask)``; each (position, multiset of the inputs so far)
+    scores its likeliest scored target's mass, over the scored mass."""
+    mass, scored = collections.defaultdict(collections.Counter), 0.0
+    for p, inputs, targets, mask in examples:
+        for t, target in enumerate(targets):
+            if mask[t]:
+                mass[t, tuple(sorted(inputs[: t + 1]))][target] += p
+                scored += p
+    return sum(max(c.values()) for c in mass.values()) / scored
+
+
+def _selective_copying_examples(config):
+    v, n, t = config.vocab_size, config.num_tokens, config.seq_len
+    copy = t - n - 1
+    cases = list(itertools.combinations(range(copy), n))
+    for positions in cases:
+        for tokens in itertools.product(range(v - 2), repeat=n):
+            inputs = [v - 2] * t
+            for p, x in zip(positions, tokens, strict=True):
+                inputs[p] = x
+            inputs[copy] = v - 1
+            mask = [i > copy for i in range(t)]
+            yield 1 / len(cases) / (v - 2) ** n, inputs, [0] * (copy + 1) + list(tokens), mask
+
+
+def _compression_examples(config):
+    n, content = config.seq_len - 1, config.vocab_size - 1 - config.noise_vocab_size
+    p = config.frac_noise
+    for tokens in itertools.product(range(config.vocab_size - 1), repeat=n):
+        probs = [(1 - p) / content if x < content else p / config.noise_vocab_size for x in tokens]
+        kept = [x < content for x in tokens]
+        targets = [0] * n + [x if k else 0 for x, k in zip(tokens, kept, strict=True)]
+        yield math.prod(probs), list(tokens) + [config.vocab_size - 1] * n, targets, [0] * n + kept
+
+
+def _memorization_examples(config):
+    num_keys, values = (config.vocab_size - 1) // 2, memorization.value_map(config)
+    pairs = config.seq_len // 2
+    for keys in itertools.product(range(num_keys), repeat=pairs):
+        inputs = [x for k in keys for x in (k, config.vocab_size - 1)]
+        targets = [x for k in keys for x in (0, int(values[k]))]
+        yield num_keys**-pairs, inputs, targets, [i % 2 == 1 for i in range(config.seq_len)]
+
+
+def _recall_examples(config):
+    """Every example of a recall config as the module docstring draws it: noise pattern, keys
+    of the real pairs, the key-value map and the last key (noise tokens: one token, ``clean``)."""
+    clean = config.vocab_size - config.noise_vocab_size
+    num_keys, pairs, p = clean // 2, config.seq_len // 2, config.frac_noise
+    num_maps = (clean - num_keys) ** num_keys
+    for kept in range(pairs - 1):
+        for flags in itertools.product((False, True), repeat=pairs - 2):
+            weight = math.prod(p if f else 1 - p for f in flags) / (pairs - 1) / num_maps
+            noisy = [*flags[:kept], False, *flags[kept:], False]
+            real = [j for j in range(pairs) if not noisy[j]]
+            for keys in itertools.product(range(num_keys), repeat=len(real) - 1):
+                for values in itertools.product(range(num_keys, clean), repeat=num_keys):
+                    for last in set(keys):
+                        key = dict(zip(real, [*keys, last], strict=True))
+                        inputs, targets, mask, seen = [], [], [], set()
+                        for j in range(pairs):
+                            k = key.get(j)
+                            inputs += [clean, clean] if k is None else [k, values[k]]
+                            targets += [0 if k is None else values[k], 0]
+                            mask += [k in seen, False]
+                            seen.add(k)
+                        prob = weight / num_keys ** len(keys) / len(set(keys))
+                        yield prob, inputs, targets, mask
+
+
+@pytest.mark.parametrize(
+    "name, fields, examples",
+    [
+        (
+            "selective_copying",
+            dict(vocab_size=5, seq_len=8, num_tokens=3),
+            _selective_copying_examples,
+        ),
+        (
+            "compression",
+            dict(vocab_size=6, seq_len=4, noise_vocab_size=1, frac_noise=0.25),
+            _compression_examples,
+        ),
+        ("memorization", dict(vocab_size=9, seq_len=8), _memorization_examples),
+    ],
+)
+def test_bag_of_tokens_closed_form_matches_enumeration(name, fields, examples):
+    config = tasks.get(name).config(**fields)
+    exact = _bag_bayes(examples(config))
+    assert config.spec.baselines["bag_of_tokens_accuracy"] == pytest.approx(exact, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(vocab_size=6, seq_len=8),
+        dict(vocab_size=7, noise_vocab_size=1, frac_noise=0.3, seq_len=8),
+    ],
+)
+def test_recall_bag_of_tokens_matches_enumeration(fields):
+    """The Monte Carlo estimate over the generator against the enumerated Bayes accuracy."""
+    config = recall.RecallConfig(**fields)
+    exact = _bag_bayes(_recall_examples(config))
+    estimate = recall.bag_of_tokens_accuracy(config, draws=4000)
+    assert abs(estimate.value - exact) < 4 * estimate.se, (estimate, exact)
+    assert config.spec.chance_accuracy < exact < 1
+
+
+@pytest.mark.parametrize("name", ["selective_copying", "compression"])
+def test_most_frequent_token_reaches_the_bag_of_tokens_accuracy(name, small):
+    """On generated batches, the order-blind guess of the docstrings (uniform among the most
+    frequent content tokens so far) scores the closed form within 4 standard errors."""
+    config, batch = small(name)
+    content = config.vocab_size - 2 if name == "selective_copying" else config.vocab_size - 1
+    counts = np.cumsum(batch["inputs"][..., None] == np.arange(content), axis=1)  # [B, T, C]
+    target = np.take_along_axis(counts, batch["targets"][..., None], axis=-1)[..., 0]
+    best = counts.max(axis=-1)
+    right = (target == best) / np.sum(counts == best[..., None], axis=-1) * batch["loss_mask"]
+    found = bag.ratio(right.sum(axis=1), batch["loss_mask"].sum(axis=1).astype(float))
+    exact = config.spec.baselines["bag_of_tokens_accuracy"]
+    assert abs(found.value - exact) < 4 * found.se, (found, exact)
+
+
+@pytest.mark.parametrize("name", ["selective_copying", "compression", "memorization"])
+def test_bag_of_tokens_lies_between_chance_and_one(name):
+    """At the small and default configs; 1 where the multiset fixes the answer (one token to
+    copy or reconstruct, one pair)."""
+    task = tasks.get(name)
+    for config in (task.config(**SMALL[name]), task.config()):
+        spec = config.spec
+        assert spec.chance_accuracy < spec.baselines["bag_of_tokens_accuracy"] < 1
+    fixed = {"selective_copying": dict(num_tokens=1), "compression": dict(seq_len=2),
+             "memorization": dict(seq_len=2)}[name]  # fmt: skip
+    assert task.config(**fixed).spec.baselines["bag_of_tokens_accuracy"] == pytest.approx(1)
