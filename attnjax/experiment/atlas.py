@@ -56,13 +56,14 @@ class Column(NamedTuple):
 
 
 class Cell(NamedTuple):
-    """A cell's outcome: test accuracy over seeds at its best rate (:class:`Stats`), the
-    extrapolation split's mean accuracy at that rate (NaN without one) and the training FLOPs
-    of one run (``flops_per_step × steps``)."""
+    """A cell's outcome: test accuracy over seeds at its best rate (:class:`Stats`, values in
+    the order of their seeds), the extrapolation split's mean accuracy at that rate (NaN
+    without one), the training FLOPs of one run (``flops_per_step × steps``) and its width."""
 
     stats: Stats
     longer: float
     train_flops: float
+    width: int
 
 
 def param_count(config: ExperimentConfig) -> int:
@@ -98,10 +99,22 @@ def column_experiment(
 ) -> Experiment:
     """The sweep of ``column``'s cells: one point per score × heads × layers, at its
     :func:`matched_width`."""
+    cells = [(s, h, n) for s in scores for h in heads for n in layers]
+    return cell_experiment(column, cells, learning_rates)
+
+
+def cell_experiment(
+    column: Column,
+    cells: Sequence[tuple[str, int, int]],
+    learning_rates: LearningRates | str,
+    matched: bool = True,
+) -> Experiment:
+    """The sweep of ``column``'s ``cells``, ``(score, heads, layers)`` each, at its
+    :func:`matched_width` (``matched=False``: at the column's width)."""
     points = tuple(
         {"model.score": s, "model.heads": h, "model.layers": n,
-         "model.width": matched_width(column.base, s, h, n)}
-        for s in scores for h in heads for n in layers
+         "model.width": matched_width(column.base, s, h, n) if matched else column.base.model.width}
+        for s, h, n in cells
     )  # fmt: skip
     return Experiment(
         name=column.name,
@@ -201,10 +214,11 @@ def cells(
     """Every cell present in ``rows``, by ``(column, score, heads, layers)``: its test accuracy
     at the rate chosen on the valid split (:func:`attnjax.experiment.sweep.summarize`), the
     extrapolation split and the training FLOPs at that rate. A column without rows is left
-    out; a column with some of its cells only is a ``ValueError`` (from ``summarize``)."""
+    out; a column with some of its cells only is a ``ValueError`` (from ``summarize``). Each
+    cell's values are in the order of their seeds, so cells of a column pair by seed."""
     found = {}
     for experiment in experiments:
-        own = [r for r in rows if r["column"] == experiment.name]
+        own = sorted((r for r in rows if r["column"] == experiment.name), key=lambda r: r["seed"])
         if not own:
             continue
         summary, _ = summarize(experiment, own)
@@ -215,7 +229,8 @@ def cells(
             longer = [_or_nan(r.get("longer_accuracy")) for r in chosen]
             key = (experiment.name, point["model.score"], point["model.heads"],
                    point["model.layers"])  # fmt: skip
-            found[key] = Cell(stats, float(np.mean(longer)), float(chosen[0]["train_flops"]))
+            flops = float(chosen[0]["train_flops"])
+            found[key] = Cell(stats, float(np.mean(longer)), flops, point["model.width"])
     return found
 
 
