@@ -135,7 +135,8 @@ CONFIRM_FIRST_SEED, CONFIRM_SEEDS = 305, 10  # a flag's fresh seeds: 305-314
 CONFIRM, CONTROL = "@confirm", "@full_width"  # the tables of confirmation runs and A1's controls
 RECALL = ("mqar", "in_context_recall", "noisy_recall", "fuzzy_recall")
 NOT_IN_A1, NOT_IN_A3 = ("memorization", "automaton"), ("impostor",)
-AUDIT_KEYS = ("column", "model.width", "params", "flops_per_step", "train_flops")
+AUDIT_KEYS = ("column", "model.width", "params", "flops_per_step", "train_flops", "wall_s",
+              "cpu_s", "compile_s")  # fmt: skip
 # The MAD and automaton tasks at their two levels: the task's config fields per level.
 LEVELS = {
     "in_context_recall": (dict(vocab_size=16, seq_len=32), dict(vocab_size=32, seq_len=64)),
@@ -563,7 +564,8 @@ def report_from_rows(tables: dict[str, list[dict]], smoke: bool = False) -> reco
         f"interval over {len(next(iter(found.values())).stats.values)} seeds; in parentheses "
         f"the seeds at ≥ {SOLVED:g}, every column's bar).\n\n" + "\n".join(sections)
         + "\n![atlas](atlas.png)\n\n" + _mad_table(found, cols, scores, settings)
-        + "\n" + _cost_table(found, cols, settings) + "\n" + _followup_table(extra, cols)
+        + "\n" + _cost_table(found, cols, settings) + "\n" + _time_table(rows)
+        + "\n" + _followup_table(extra, cols)
         + "".join(f"**Verdict ({c}): {v}.** {r}\n\n" for c, (v, r) in judged.items())
     )  # fmt: skip
     return record.Analysis(rows, body.rstrip() + "\n", judged)
@@ -600,6 +602,18 @@ def _cost_table(found: Cells, cols, settings) -> str:
     return "Parameters (least-most over scores) and training GFLOPs of one run:\n\n" + (
         markdown_table(header, rows)
     )
+
+
+def _time_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Each trained table's time, as measured around its training
+    (:func:`attnjax.experiment.atlas.timed`): wall and CPU minutes and the share of the wall
+    time during which JAX was compiling; and the total."""
+    cost = {r["column"]: (r["wall_s"], r["cpu_s"], r["compile_s"]) for r in rows}
+    total = tuple(sum(c[i] for c in cost.values()) for i in range(3))
+    lines = [[n, f"{w / 60:.1f}", f"{c / 60:.1f}", f"{k / w:.0%}"]
+             for n, (w, c, k) in [*cost.items(), ("total", total)]]  # fmt: skip
+    header = ["table", "wall min", "CPU min", "compiling, share of wall"]
+    return "Time (2-core CPU unless env.json says otherwise):\n\n" + markdown_table(header, lines)
 
 
 def _followup_table(extra: Cells, cols: Sequence[plan.Column]) -> str:

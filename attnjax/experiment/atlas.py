@@ -173,13 +173,15 @@ def train_columns(
 @contextlib.contextmanager
 def timed() -> Iterator[dict[str, float]]:
     """The cost of the block, filled in on exit: ``wall_s``, the process's CPU seconds
-    (``cpu_s``, every thread) and the seconds JAX spent tracing, lowering and compiling
-    (``compile_s``, from its monitoring events)."""
-    cost, compiling = {}, [0.0]
+    (``cpu_s``, every thread) and ``compile_s``, the wall seconds during which JAX was tracing,
+    lowering or compiling in some thread (the union of its compile events' intervals, from
+    :mod:`jax.monitoring`; at most ``wall_s``)."""
+    cost, spans = {}, []
 
     def listener(event: str, seconds: float, **_: Any) -> None:
         if event.startswith("/jax/core/compile/"):
-            compiling[0] += seconds
+            end = time.monotonic()
+            spans.append((end - seconds, end))
 
     wall, cpu = time.monotonic(), time.process_time()
     jax.monitoring.register_event_duration_secs_listener(listener)
@@ -188,7 +190,16 @@ def timed() -> Iterator[dict[str, float]]:
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
         cost |= {"wall_s": time.monotonic() - wall, "cpu_s": time.process_time() - cpu,
-                 "compile_s": compiling[0]}  # fmt: skip
+                 "compile_s": _union(spans)}  # fmt: skip
+
+
+def _union(spans: Sequence[tuple[float, float]]) -> float:
+    """The total length covered by the intervals ``spans``."""
+    total, reached = 0.0, -math.inf
+    for start, end in sorted(spans):
+        total += max(0.0, end - max(start, reached))
+        reached = max(reached, end)
+    return total
 
 
 def _plan(experiment: Experiment, num_seeds: int) -> dict[str, Any]:

@@ -194,6 +194,11 @@ def test_only_the_declared_seed_count_is_judged():
     assert ATLAS._unjudged(partial, smoke=False).startswith("a partial atlas (455 of 456")
 
 
+def test_union_of_compile_spans():
+    assert atlas._union([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.7)]) == 4.0
+    assert atlas._union([]) == 0.0
+
+
 def test_smoke_atlas_records_recomputes_and_resumes(tmp_path, capsys):
     out = tmp_path / "atlas"
     cli.main(["atlas", "--smoke", "--out", str(out), "--root", str(ROOT)])
@@ -205,6 +210,7 @@ def test_smoke_atlas_records_recomputes_and_resumes(tmp_path, capsys):
     recall = [r for r in rows if r["column"].startswith("in_context_recall")]
     assert all(0.0 <= r["longer_accuracy"] <= 1.0 for r in recall)
     assert all(r["train_flops"] == 20 * r["flops_per_step"] > 0 for r in rows)
+    assert all(0 < r["compile_s"] <= r["wall_s"] and r["cpu_s"] > 0 for r in rows)
     recomputed = ATLAS.report_from_rows({"results.csv": rows}, smoke=True)
     text = record.report_text(recomputed.verdicts, [recomputed.body], smoke=True)
     assert (out / "report.md").read_text() == text
