@@ -80,6 +80,12 @@ CLAIMS = tuple(
          "head_init", NEW, ""),
         ("M4", "sharp heads average into a multimodal map (judged as does: a trained model)",
          "head_averaging", NEW, "supported"),
+        ("A1", "one additive head solves every task one multiplicative head solves (at matched "
+         "parameters, within each column's steps)", "atlas", NEW, ""),
+        ("A2", "on the recall tasks every score ties with scaled_dot at two layers (±0.05)",
+         "atlas", NEW, ""),
+        ("A3", "cosine with a learnable scale matches scaled_dot (±0.05; impostor reported)",
+         "atlas", NEW, ""),
     )
 )  # fmt: skip
 EXPERIMENTS = tuple(dict.fromkeys(e for c in CLAIMS for e in c.experiments))
@@ -127,7 +133,7 @@ def blocks(root: Path) -> dict[str, str]:
 def _verdict(records: dict[str, Record | None], claim: Claim, experiment: str) -> str:
     record = records[experiment]
     if record is None:
-        return "not yet rerun (no committed record)"
+        return f"not yet {'run' if claim.previous == NEW else 'rerun'} (no committed record)"
     return record.verdicts.get(claim.id, "not judged")
 
 

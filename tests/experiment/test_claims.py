@@ -64,6 +64,7 @@ def test_claims_writes_blocks_and_check_names_stale_ones(tmp_path, capsys):
         and '<a id="xor_bits">' in docs
     )
     assert "not yet rerun" in docs  # the experiments without a record
+    assert "not yet run (no committed record)" in docs  # a claim never run (NEW)
     readme = (root / "README.md").read_text()
     assert f"| E2 {title} | `xor_bits` | refuted |" in readme
     assert readme.endswith("<!-- claims:end -->\nend\n")
