@@ -231,8 +231,7 @@ def sweep(
 ) -> Outcome:
     """Train every point (:func:`train_points`, ``progress(point, step, total, loss)``
     following each); write ``results.csv`` and ``summary.png``; return the :class:`Outcome`.
-    ``smoke`` (a run that only checks the code runs) says so in
-    the figures' titles."""
+    ``smoke`` (a run that only checks the code runs) says so in the figures' titles."""
     out = Path(out)
     rows, folders = train_points(
         experiment, out, num_seeds=num_seeds, overwrite=overwrite, workers=workers,
