@@ -122,6 +122,7 @@ from attnjax.experiment.report import fmt, markdown_table, save_figure
 from attnjax.experiment.sweep import Stats
 
 _CONFIGS = Path(__file__).parents[1] / "configs"
+COMMITTED = Path(__file__).parents[1] / "results" / "atlas" / "columns"  # finished columns' tables
 SCORES = ("dot", "scaled_dot", "bilinear", "additive", "additive_relu", "cosine")
 SMOKE_SCORES = ("scaled_dot", "additive")
 MULTIPLICATIVE, ADDITIVE = ("dot", "scaled_dot", "bilinear"), ("additive", "additive_relu")
@@ -520,7 +521,7 @@ def analyze(
         raise ValueError(f"seeds: the record would use the pilot seeds {sorted(shared)}")
     chosen = experiments(smoke, tasks, scores)
     rows = plan.train_columns(chosen, out, num_seeds=seeds, overwrite=overwrite,
-                              progress=progress)  # fmt: skip
+                              progress=progress, finished=None if smoke else COMMITTED)  # fmt: skip
     found = plan.cells(chosen, rows)
     names = [e.name for e in chosen]
     used = [s for s in SCORES if any(k[1] == s for k in found)]
@@ -528,7 +529,8 @@ def analyze(
     if _unjudged(found, smoke) is None:  # the flags' confirmations and A1's controls
         for f in followups(found, cols):
             rows += plan.train_columns([f.experiment()], out, num_seeds=f.seeds,
-                                       overwrite=overwrite, progress=progress)  # fmt: skip
+                                       overwrite=overwrite, progress=progress,
+                                       finished=COMMITTED)  # fmt: skip
     settings = SETTINGS if not smoke else ((1, 1),)
     figure = plan.heatmap_figure(found, cols, used, settings)
     title = "the expressiveness atlas: mean test accuracy and solved seeds per cell"

@@ -136,25 +136,21 @@ def train_columns(
     num_seeds: int,
     overwrite: bool = False,
     progress: Callable[[str, int, int, float], None] | None = None,
+    finished: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Train each column's sweep in ``<out>/columns/<name>/`` (resuming what its folders
     hold) and write its table, ``<out>/columns/<name>.csv``, with its plan beside it
     (``<name>.json``: base config, cells, seeds, rates); return every run row, ``column``
-    first, with ``train_flops``. A column whose table is there is read, not trained (copy the
-    tables of a partly finished atlas there to resume it on another machine); a table whose
-    plan is not the column's is a ``ValueError`` (``overwrite``: trained again)."""
+    first, with ``train_flops``. A column whose table is in ``<out>/columns/``, or else in
+    ``finished`` (the tables of a partly finished atlas, committed to resume it on another
+    machine), is read, not trained; a table whose plan is not the column's is a
+    ``ValueError`` (``overwrite``: trained again)."""
     rows = []
     for experiment in experiments:
         folder = out / "columns" / experiment.name
-        table, plan_file = folder.with_suffix(".csv"), folder.with_suffix(".json")
-        planned = _plan(experiment, num_seeds)
-        if table.is_file() and not overwrite:
-            if not plan_file.is_file() or storage.read_json(plan_file) != planned:
-                raise ValueError(
-                    f"{table}: written for another plan than {experiment.name}'s (config, "
-                    f"cells, seeds or rates; see {plan_file.name}): remove it, or overwrite"
-                )
-            rows += record.read_rows(table)
+        found = None if overwrite else _finished(experiment, num_seeds, folder.parent, finished)
+        if found is not None:
+            rows += found
             continue
         named = None if progress is None else functools.partial(_named, progress, experiment.name)
         with timed() as cost:
@@ -164,10 +160,29 @@ def train_columns(
         steps = experiment.base.train.steps
         found = [{"column": experiment.name, **r, "train_flops": r["flops_per_step"] * steps}
                  | cost for r in found]  # fmt: skip
-        storage.write_csv(table, found)
-        storage.write_json(plan_file, planned)
+        storage.write_csv(folder.with_suffix(".csv"), found)
+        storage.write_json(folder.with_suffix(".json"), _plan(experiment, num_seeds))
         rows += found
     return rows
+
+
+def _finished(
+    experiment: Experiment, num_seeds: int, *folders: Path | None
+) -> list[dict[str, Any]] | None:
+    """The rows of the column's table in the first of ``folders`` holding one (None: none
+    does); a ``ValueError`` if its plan is not the column's."""
+    for folder in folders:
+        table = None if folder is None else folder / f"{experiment.name}.csv"
+        if table is None or not table.is_file():
+            continue
+        plan_file = table.with_suffix(".json")
+        if not plan_file.is_file() or storage.read_json(plan_file) != _plan(experiment, num_seeds):
+            raise ValueError(
+                f"{table}: written for another plan than {experiment.name}'s (config, cells, "
+                f"seeds or rates; see {plan_file.name}): remove it, or overwrite"
+            )
+        return record.read_rows(table)
+    return None
 
 
 @contextlib.contextmanager

@@ -217,6 +217,10 @@ def test_smoke_atlas_records_recomputes_and_resumes(tmp_path, capsys):
     steps = []
     again = ATLAS.analyze(out, True, progress=lambda *a: steps.append(a))
     assert steps == [] and again.body == recomputed.body  # finished columns are read
+    elsewhere = atlas.train_columns(ATLAS.experiments(True), tmp_path / "new", num_seeds=1,
+                                    progress=steps.append, finished=out / "columns")  # fmt: skip
+    tables = [out / "columns" / f"{c.name}.csv" for c in ATLAS.columns(smoke=True)]
+    assert steps == [] and elsewhere == [r for t in tables for r in record.read_rows(t)]
     plan = out / "columns" / "xor_relation.json"
     plan.write_text(plan.read_text().replace('"steps": 20', '"steps": 40'))
     with pytest.raises(ValueError, match=r"xor_relation\.csv: written for another plan"):
