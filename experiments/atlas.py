@@ -565,18 +565,21 @@ def report_from_rows(tables: dict[str, list[dict]], smoke: bool = False) -> reco
         f"# atlas (A1-A3): analysis\n\nTest accuracy at each cell's best rate (mean ± 95% "
         f"interval over {len(next(iter(found.values())).stats.values)} seeds; in parentheses "
         f"the seeds at ≥ {SOLVED:g}, every column's bar).\n\n" + "\n".join(sections)
-        + "\n![atlas](atlas.png)\n\n" + _mad_table(found, cols, scores, settings)
-        + "\n" + _cost_table(found, cols, settings) + "\n" + _time_table(rows)
-        + "\n" + _followup_table(extra, cols)
-        + "".join(f"**Verdict ({c}): {v}.** {r}\n\n" for c, (v, r) in judged.items())
+        + "\n![atlas](atlas.png)\n\n"
+        + "\n".join(t for t in (_mad_table(found, cols, scores, settings),
+                                _cost_table(found, cols, settings), _time_table(rows),
+                                _followup_table(extra, cols)) if t)
+        + "\n" + "".join(f"**Verdict ({c}): {v}.** {r}\n\n" for c, (v, r) in judged.items())
     )  # fmt: skip
     return record.Analysis(rows, body.rstrip() + "\n", judged)
 
 
 def _mad_table(found: Cells, cols, scores: Sequence[str], settings) -> str:
     """MAD's score (mean test accuracy over the MAD columns) per score and setting, and the
-    same on the extrapolation split."""
+    same on the extrapolation split; nothing without a MAD column."""
     mad = [c for c in cols if c.family == "mad"]
+    if not mad:
+        return ""
     rows = [[s, *(f"{plan.family_scores(found, mad, s, x):.3f} / "
                   f"{plan.family_scores(found, mad, s, x, longer=True):.3f}" for x in settings)]
             for s in scores]  # fmt: skip
