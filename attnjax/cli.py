@@ -329,12 +329,12 @@ def claims(args: argparse.Namespace) -> None:
     (:mod:`attnjax.experiment.recompute`) and exits 1 on a difference, naming the record and
     where. The repository is ``--root`` or the one holding the current folder."""
     root = _claims_root(args.root)
-    changed = experiment_claims.update(root, check=args.check)
-    problems = experiment_claims.problems(root) + (changed if args.check else [])
-    if args.check:  # a record that its own tables contradict comes first
+    if args.check:  # a record that its own tables contradict comes first, before any audit
         differ, unchecked = recompute.differences(root, experiment_claims.EXPERIMENTS)
         if differ:
             raise SystemExit("claims: records differ from their tables: " + "; ".join(differ))
+    changed = experiment_claims.update(root, check=args.check)
+    problems = experiment_claims.problems(root) + (changed if args.check else [])
     if problems:
         raise SystemExit("claims: " + "; ".join(problems) + " (run `attnjax claims`)")
     print(experiment_claims.blocks(root)["readme"])

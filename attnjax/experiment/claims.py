@@ -120,11 +120,13 @@ def read_record(folder: Path) -> Record | None:
     return Record(verdicts, reasons, body, env.get("command", ""))
 
 
-def blocks(root: Path) -> dict[str, str]:
-    """Every generated block's content, from ``root/results/``."""
+def blocks(root: Path, audit: bool = True) -> dict[str, str]:
+    """Every generated block's content, from ``root/results/`` (``audit=False``: all but the
+    audit's, which audits every record: minutes)."""
     records = {e: read_record(root / "results" / e) for e in EXPERIMENTS}
     out = {"summary": summary_block(records), "readme": readme_block(records)}
-    out["audit"] = audit_table(audit_records(root))
+    if audit:
+        out["audit"] = audit_table(audit_records(root))
     for name, record in records.items():
         out[f"results:{name}"] = results_block(name, record)
     return out
@@ -217,10 +219,10 @@ def problems(root: Path) -> list[str]:
     return found
 
 
-def update(root: Path, check: bool = False) -> list[str]:
-    """Rewrite the generated blocks under ``root`` (``check``: only compare); return the
-    blocks that differed, as ``file: block``."""
-    contents, changed = blocks(root), []
+def update(root: Path, check: bool = False, audit: bool = True) -> list[str]:
+    """Rewrite the generated blocks under ``root`` (``check``: only compare; ``audit=False``:
+    leave the audit's block as it is); return the blocks that differed, as ``file: block``."""
+    contents, changed = blocks(root, audit), []
     for target in TARGETS:
         path = root / target
         text = path.read_text()

@@ -48,33 +48,14 @@ def test_every_committed_record_is_what_its_tables_give():
     assert differ == [] and unchecked == []
 
 
-def test_check_fails_when_a_trained_sweeps_results_change(tmp_path, capsys):
+def test_check_fails_when_a_trained_sweeps_results_change(tmp_path):
     root = _repository(tmp_path)
-    cli.main(["claims", "--root", str(root), "--check"])
-    assert "each record's report.md recomputed from its tables" in capsys.readouterr().out
+    assert recompute.differences(root, ["xor_relation"]) == ([], [])
     _change(root / "results" / "xor_relation" / "results.csv", "test_accuracy",
             lambda v: float(v) / 2)  # fmt: skip
     with pytest.raises(SystemExit, match=r"results/xor_relation/report\.md differs from its "
                        r"tables: line \d+: the report has '.*', its tables give"):  # fmt: skip
         cli.main(["claims", "--root", str(root), "--check"])
-
-
-def test_claims_finds_the_repository_or_takes_root(tmp_path, capsys, monkeypatch):
-    """In this file with the other full checks, so that one test process audits and recomputes
-    every record once (both are cached); a refusal is one line, exit status 2."""
-    monkeypatch.chdir(ROOT / "docs")
-    cli.main(["claims", "--check"])
-    printed = capsys.readouterr().out
-    assert "| claim | experiment | verdict |" in printed and "| E1 " in printed
-    assert f"up to date: docs/claims.md, README.md ({ROOT})" in printed
-    monkeypatch.chdir(tmp_path)
-    for command, message in ((["claims", "--check"], "pass --root"),
-                             (["claims", "--root", str(tmp_path)], "--root: ")):  # fmt: skip
-        with pytest.raises(SystemExit) as exit_info:
-            cli.main(command)
-        err = capsys.readouterr().err
-        assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
-        assert message in err
 
 
 def test_one_changed_value_of_a_trained_sweep_is_found(tmp_path):
