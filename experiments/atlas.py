@@ -203,13 +203,18 @@ def _expressiveness(task: str, smoke: bool) -> ExperimentConfig:
     return with_overrides(config, {"train.seed": FIRST_SEED})
 
 
+def _task(column: plan.Column) -> str:
+    """The task of a column (``"in_context_recall"`` of ``"in_context_recall-hard"``)."""
+    return column.name.split("-")[0]
+
+
 def check_subset(
     smoke: bool, tasks: Sequence[str], scores: Sequence[str]
 ) -> tuple[plan.Column, ...]:
     """Every column, after checking that ``tasks`` and ``scores`` name columns, tasks and
     scores of the atlas (a ``ValueError`` listing the known names otherwise)."""
     every = columns(smoke)
-    known = sorted({c.name for c in every} | {c.name.split("-")[0] for c in every})
+    known = sorted({c.name for c in every} | {_task(c) for c in every})
     for given, allowed, what in ((tasks, known, "--tasks"), (scores, SCORES, "--scores")):
         if unknown := sorted(set(given) - set(allowed)):
             raise ValueError(f"{what}: unknown {unknown}; expected names of {list(allowed)}")
@@ -221,7 +226,7 @@ def experiments(smoke: bool, tasks: Sequence[str] = (), scores: Sequence[str] = 
     to ``scores`` (default: all); an unknown name is a ``ValueError`` listing the known."""
     every = check_subset(smoke, tasks, scores)
     chosen = [c for c in every
-              if not tasks or c.name in tasks or c.name.split("-")[0] in tasks]  # fmt: skip
+              if not tasks or c.name in tasks or _task(c) in tasks]  # fmt: skip
     if smoke:  # two scores at one setting, two fixed rates: the code runs, nothing is judged
         return [plan.column_experiment(c, scores or SMOKE_SCORES, (1,), (1,), (3e-3, 1e-2))
                 for c in chosen]  # fmt: skip
@@ -231,10 +236,6 @@ def experiments(smoke: bool, tasks: Sequence[str] = (), scores: Sequence[str] = 
 # --- The rules ------------------------------------------------------------------------------
 
 Cells = Mapping[tuple[str, str, int, int], plan.Cell]
-
-
-def _task(column: plan.Column) -> str:
-    return column.name.split("-")[0]
 
 
 def _solved(cell: plan.Cell, column: plan.Column) -> int:
@@ -292,7 +293,7 @@ def _control(found: Cells, column: plan.Column, layers: int) -> str:
     cells = [found.get((column.name + CONTROL, s, 1, layers)) for s in ADDITIVE]
     if None in cells:
         return "full-width control not trained"
-    solved = ", ".join(f"{s} {_solved(c, column)}/{len(c.stats.values)}"
+    solved = ", ".join(f"{s} {c.seeds_at(column.solved_at)}"
                        for s, c in zip(ADDITIVE, cells, strict=True))  # fmt: skip
     return f"at full width {cells[0].width}: {solved} solved"
 
@@ -627,7 +628,7 @@ def _followup_table(extra: Cells, cols: Sequence[plan.Column]) -> str:
         return ""
     bar = {c.name: c.solved_at for c in cols}
     rows = [[name, score, f"H{h} L{n}", str(c.width), fmt(c.stats.mean, c.stats.half_width),
-             f"{c.stats.solved(bar[name.split('@')[0]])}/{len(c.stats.values)}"]
+             c.seeds_at(bar[name.split("@")[0]])]
             for (name, score, h, n), c in extra.items()]  # fmt: skip
     header = ["column", "score", "setting", "width", "test accuracy", "solved"]
     return (

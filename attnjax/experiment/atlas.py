@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from attnjax import nn
-from attnjax.experiment import record, report, storage
+from attnjax.experiment import record, report, storage, trainer
 from attnjax.experiment.config import ExperimentConfig, with_overrides
 from attnjax.experiment.sweep import (
     Experiment,
@@ -65,11 +65,14 @@ class Cell(NamedTuple):
     train_flops: float
     width: int
 
+    def seeds_at(self, bar: float) -> str:
+        """``"k/n"``: the seeds of ``n`` whose test accuracy reaches ``bar``."""
+        return f"{self.stats.solved(bar)}/{len(self.stats.values)}"
+
 
 def param_count(config: ExperimentConfig) -> int:
     """Parameters of ``config``'s model (shapes only, nothing is initialized)."""
-    model = nnx.eval_shape(lambda: nn.build(config.model, nnx.Rngs(0)))
-    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    return trainer.param_count(lambda: nn.build(config.model, nnx.Rngs(0)))
 
 
 @functools.cache
@@ -250,8 +253,8 @@ def cells(
         summary, _ = summarize(experiment, own)
         for point, name in zip(experiment.points, labels(experiment.points), strict=True):
             stats = summary[point]
-            at_best = [r for r in own if r["point"] == name]
-            chosen = [r for r in at_best if r["learning_rate"] == stats.learning_rate]
+            rate = stats.learning_rate
+            chosen = [r for r in own if r["point"] == name and r["learning_rate"] == rate]
             longer = [_or_nan(r.get("longer_accuracy")) for r in chosen]
             key = (experiment.name, point["model.score"], point["model.heads"],
                    point["model.layers"])  # fmt: skip
@@ -285,9 +288,8 @@ def heatmap_figure(
                 if cell is None:
                     continue
                 values[i, j] = cell.stats.mean
-                solved = f"{cell.stats.solved(column.solved_at)}/{len(cell.stats.values)}"
                 color = "white" if cell.stats.mean < 0.6 else "black"
-                text = f"{cell.stats.mean:.2f}\n{solved}"
+                text = f"{cell.stats.mean:.2f}\n{cell.seeds_at(column.solved_at)}"
                 ax.text(j, i, text, ha="center", va="center", fontsize=6, color=color)
         image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
         ax.set_yticks(range(len(scores)), scores, fontsize=7)
@@ -334,6 +336,6 @@ def cell_table(
             cell = found.get((column.name, score, *setting))
             row.append("–" if cell is None else (
                 f"{report.fmt(cell.stats.mean, cell.stats.half_width)} "
-                f"({cell.stats.solved(column.solved_at)}/{len(cell.stats.values)})"))  # fmt: skip
+                f"({cell.seeds_at(column.solved_at)})"))  # fmt: skip
         rows.append(row)
     return report.markdown_table(["column", *scores], rows)

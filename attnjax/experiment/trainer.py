@@ -8,7 +8,7 @@ gives the same numbers whether it trains alone or vectorized with others.
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -30,6 +30,12 @@ DATA, INIT, EVAL, DROPOUT = range(4)
 # times the training length), evaluated only when that factor is > 1.
 EVAL_SPLITS = {"valid": 1, "test": 2}
 LONGER = 3
+
+
+def param_count(build: Callable[[], nnx.Module]) -> int:
+    """Parameters of the model ``build()`` makes (shapes only, nothing is initialized)."""
+    model = nnx.eval_shape(build)
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
 def run_key(seed: Array | int, stream: int, index: Array | int) -> Array:
@@ -247,8 +253,7 @@ class Trainer:
         return {k: gather(v) for k, v in metrics.items()}
 
     def param_count(self) -> int:
-        model = nnx.eval_shape(lambda: self.build_model(jax.random.key(0)))
-        return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+        return param_count(lambda: self.build_model(jax.random.key(0)))
 
     def flops_per_step(self) -> float:
         """XLA's FLOP count (before optimization) of one run's training step: batch, loss,
