@@ -11,6 +11,7 @@ from attnjax import cli
 from attnjax.experiment import atlas, load_file, record, with_overrides
 from attnjax.experiment.sweep import Stats, labels
 from attnjax.experiment.trainer import Trainer
+from attnjax.tasks import recall as recall_task
 
 ROOT = pathlib.Path(__file__).parents[2]
 ATLAS = load_file(ROOT / "experiments" / "atlas.py")
@@ -56,11 +57,17 @@ def _one_head(additive: tuple[float, ...], dot: tuple[float, ...] = SOLVED, name
             for s in ATLAS.SCORES if s != "cosine" for n in (1, 2)}  # fmt: skip
 
 
+def _control(values: tuple[float, ...], name="copy") -> dict:
+    """The full-width control cells of ``name``'s failed cells (both layer counts)."""
+    return {(f"{name}@full_width", s, 1, n): _cell(values, width=64)
+            for s in ATLAS.ADDITIVE for n in (1, 2)}  # fmt: skip
+
+
 def test_a1_rule_comes_out_each_way():
     cols = [BY_NAME["copy"]]
     for additive, dot, verdict in (
         (SOLVED, SOLVED, "supported"),
-        (FAILED, SOLVED, "refuted"),
+        (FAILED, SOLVED, "inconclusive"),  # failed at the matched width, control not trained
         (HALF, SOLVED, "inconclusive"),
         # Both additive scores below the bar at every seed, but within 0.10 of the solving
         # score: not a failure.
@@ -68,6 +75,10 @@ def test_a1_rule_comes_out_each_way():
     ):
         found = _atlas(_one_head(additive, dot))
         assert ATLAS.additive_solves(found, cols)[0] == verdict, (additive, dot)
+    # A failure at the matched width is a failure only if the full-width control fails too.
+    found = _atlas(_one_head(FAILED))
+    assert ATLAS.additive_solves(found | _control(FAILED), cols)[0] == "refuted"
+    assert ATLAS.additive_solves(found | _control(HALF), cols)[0] == "inconclusive"
     found = _atlas(_one_head(FAILED, dot=FAILED))
     verdict, reason = ATLAS.additive_solves(found, cols)
     assert verdict == "inconclusive" and "0 (column, layers) solved" in reason  # vacuous
@@ -76,14 +87,15 @@ def test_a1_rule_comes_out_each_way():
 def test_a1_reason_gives_widths_and_the_full_width_control():
     found = _atlas(_one_head(FAILED)) | {("copy", "additive", 1, 1): _cell(FAILED, width=60)}
     verdict, reason = ATLAS.additive_solves(found, [BY_NAME["copy"]])
-    assert verdict == "refuted"
+    assert verdict == "inconclusive" and "additive fails 0 (none)" in reason
     assert (
         "copy L1 (width additive 60, additive_relu 32 vs dot 32; full-width control not" in reason
     )
-    control = {("copy@full_width", s, 1, n): _cell(HALF, width=64)
-               for s in ATLAS.ADDITIVE for n in (1, 2)}  # fmt: skip
-    reason = ATLAS.additive_solves(found | control, [BY_NAME["copy"]])[1]
+    verdict, reason = ATLAS.additive_solves(found | _control(HALF), [BY_NAME["copy"]])
+    assert verdict == "inconclusive" and "additive fails 0 (none)" in reason
     assert "at full width 64: additive 3/5, additive_relu 3/5 solved" in reason
+    verdict, reason = ATLAS.additive_solves(found | _control(FAILED), [BY_NAME["copy"]])
+    assert verdict == "refuted" and "additive fails 2 (copy L1 (width additive 60" in reason
 
 
 def _ties(cosine: dict[str, tuple[float, ...]], scaled_dot=SPREAD, extra=()):
@@ -123,6 +135,12 @@ def test_tie_rule_is_not_supported_at_chance_or_by_dilution():
     verdict, reason = ATLAS.ties(found, recall, ["dot"], [(1, 2)])
     assert verdict == "inconclusive" and "dot H1 L2: 0/0/7" in reason
     assert "at chance (floor ≥ half): dot H1 L2" in reason
+    # Above chance but at the order-blind (bag-of-tokens) accuracy: recall is not learned.
+    bag = [c for c in recall if c.name in ATLAS.BAG_FLOORS]
+    found = {(c.name, s, 1, 2): _cell(tuple(ATLAS.floor(c) + d for d in (0, 0.01, -0.01, 0, 0)))
+             for c in bag for s in ATLAS.SCORES}  # fmt: skip
+    assert all(ATLAS.floor(c) > c.base.task.spec.chance_accuracy + 0.1 for c in bag)
+    assert "dot H1 L2: 0/0/4" in ATLAS.ties(found, bag, ["dot"], [(1, 2)])[1]
     # 15 columns tied at the ceiling, 4 where cosine is 0.10 worse (per-seed spread 0.15): the
     # ceiling's exact ties must not pull the mean difference inside the margin.
     worse = tuple(v + d for v, d in zip(SPREAD, (-0.25, 0.05, -0.1, -0.3, 0.1), strict=True))
@@ -133,6 +151,23 @@ def test_tie_rule_is_not_supported_at_chance_or_by_dilution():
         found[(c.name, "scaled_dot", 1, 1)] = _cell(dot)
     verdict, reason = ATLAS.ties(found, COLUMNS, ["cosine"], [(1, 1)])
     assert verdict == "inconclusive" and "cosine H1 L1: 4/15/0" in reason
+
+
+def test_a2_leaves_out_the_additive_scores_on_mqar():
+    # mqar keeps E6's RoPE, a handicap for the additive scores only.
+    recall = [c for c in COLUMNS if c.name.split("-")[0] in ATLAS.RECALL]
+    for score, flagged in (("additive", False), ("bilinear", True)):
+        found = {(c.name, s, 1, 2): _cell(SPREAD) for c in recall for s in ATLAS.SCORES}
+        found[("mqar", score, 1, 2)] = _cell((0.1, 0.2, 0.3, 0.4, 0.5))
+        assert bool(ATLAS.flags(found, recall, [score], [(1, 2)])) == flagged
+        assert f"{score} H1 L2: {7 if flagged else 6}/0/0" in ATLAS.ties(
+            found, recall, [score], [(1, 2)])[1]  # fmt: skip
+
+
+def test_bag_of_tokens_floors_are_the_declared_values():
+    for name, value in ATLAS.BAG_FLOORS.items():
+        estimate = recall_task.bag_of_tokens_accuracy(BY_NAME[name].base.task, draws=2000)
+        assert round(estimate.value, 3) == value, name
 
 
 def test_verdicts_of_a_complete_atlas_judge_the_declared_columns():
@@ -150,7 +185,7 @@ def test_verdicts_of_a_complete_atlas_judge_the_declared_columns():
     assert {v for v, _ in judged.values()} == {"supported"}
     # Each claim comes out refuted through its confirmed flag or failed cell, and
     # inconclusive where nothing is judged or the flag is not retrained.
-    assert ATLAS.verdicts(_atlas(_one_head(FAILED)), cols)["A1"][0] == "refuted"
+    assert ATLAS.verdicts(_atlas(_one_head(FAILED)) | _control(FAILED), cols)["A1"][0] == "refuted"
     assert ATLAS.verdicts(_atlas(values=FAILED), cols)["A1"][0] == "inconclusive"
     for claim, score, column, setting in (
         ("A2", "bilinear", "noisy_recall-hard", (2, 2)),
