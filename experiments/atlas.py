@@ -56,15 +56,18 @@ them. Its solved counts are reported against 0.9 and no claim reads them (A1 lea
 the automaton out; A2 and A3 classify its cells by the same bar, below).
 
 Cells. score × heads {1, 2} × layers {1, 2} per column. Matched parameters: each cell's width
-is the largest multiple of 4 up to the column's width whose model has at most the parameters
-of the scaled-dot model at the column's width (+1%, which lets cosine's per-head scales
-through): the bilinear and additive scores' extra matrices are paid for with width, so they
-never buy capacity (``attnjax.experiment.atlas.matched_width``; the additive scores get 56-60
-of 64 and 24-28 of 32). Rates: every cell starts at 1e-3, 3e-3, 1e-2 and grows by
-3× while its best rate (on validation) is at an edge, within 1e-4 to 0.1; accuracy is the test
-split's at that rate. Seeds 300-304; fresh seeds 305-314 for confirmation runs (below);
-pilots: 100-109. A seed *solves* a cell when its test accuracy reaches the column's bar; a
-score *solves* a column when ≥ 4 of 5 seeds do.
+is the largest multiple of its column's width step up to the column's width whose model has at
+most the parameters of the scaled-dot model at the column's width (+1%, which lets cosine's
+per-head scales through): the bilinear and additive scores' extra matrices are paid for with
+width, so they never buy capacity (``attnjax.experiment.atlas.matched_width``). The step is 4
+for the expressiveness columns (two heads of even size, as RoPE needs; the additive scores get
+56-60 of 64 and 24-28 of 32) and 2 for the MAD and automaton columns (sinusoidal positions; the
+additive scores get 28-30 of 32, bilinear 30: 89-101% and 92-95% of the scaled-dot model's
+parameters, where a step of 4 would leave 84-90% and 80-86%). Rates: every cell starts at 1e-3,
+3e-3, 1e-2 and grows by 3× while its best rate (on validation) is at an edge, within 1e-4 to
+0.1; accuracy is the test split's at that rate. Seeds 300-304; fresh seeds 305-314 for
+confirmation runs (below); pilots: 100-109. A seed *solves* a cell when its test accuracy
+reaches the column's bar; a score *solves* a column when ≥ 4 of 5 seeds do.
 
 Claims and rules. Every seed pairs with the same seed at every cell of a column (the same
 training data and test draws; initializations differ with the shapes), and cells pair by
@@ -87,9 +90,7 @@ additive scores at the column's full width on seeds 300-304 (table ``<column>@fu
 The cell fails only if the control fails too (each additive score ≤ 1 of 5 seeds at the bar);
 where the control solves or is not yet trained, the cell is neither (the width rule, not the
 score, may have failed it). The reason gives each such cell's widths (additive's against the
-multiplicative score's) and its control. At width 32 the additive scores get 28 (one or two
-heads) and bilinear 28: 84-90% and 80-86% of the scaled-dot model's parameters (at width 64:
-56-60 and 60).
+multiplicative score's) and its control.
 
 A2. On the recall tasks every score ties with scaled_dot at two layers: within ±0.05 of it
 (so any two within ±0.1). Recall columns (7): mqar and both levels of in-context, noisy and
@@ -182,7 +183,7 @@ ROPE_HANDICAP = {("mqar", s) for s in ("additive", "additive_relu")}  # not judg
 NOT_IN_A1, NOT_IN_A3 = ("memorization", "automaton"), ("impostor",)
 AUDIT_KEYS = ("column", "model.width", "params", "flops_per_step", "train_flops", "wall_s",
               "cpu_s", "compile_s")  # fmt: skip
-MAD_WIDTH = 32  # the MAD and automaton columns' width (cost: see the docstring)
+MAD_WIDTH, MAD_WIDTH_STEP = 32, 2  # the MAD and automaton columns' width and width step
 # The MAD and automaton tasks at their two levels: the task's config fields per level.
 LEVELS = {
     "in_context_recall": (dict(vocab_size=16, seq_len=32), dict(vocab_size=32, seq_len=32)),
@@ -243,7 +244,8 @@ def columns(smoke: bool = False) -> tuple[plan.Column, ...]:
     for task, levels in LEVELS.items():
         family = "regbench" if task == "automaton" else "mad"
         for level, fields in zip(("easy", "hard"), levels, strict=True):
-            found.append(plan.Column(f"{task}-{level}", family, _level_config(task, fields, False)))
+            config = _level_config(task, fields, False)
+            found.append(plan.Column(f"{task}-{level}", family, config, SOLVED, MAD_WIDTH_STEP))
     return tuple(found)
 
 

@@ -35,20 +35,22 @@ from attnjax.experiment.sweep import (
     train_points,
 )
 
-WIDTH_STEP = 4  # widths are multiples of 4: two heads of even size (RoPE rotates pairs)
+WIDTH_STEP = 4  # default: multiples of 4, two heads of even size (RoPE rotates pairs)
 TOLERANCE = 0.01  # a cell may exceed the scaled-dot budget by this share (cosine's scales)
 
 
 class Column(NamedTuple):
     """One task at one difficulty level: ``name`` (``"in_context_recall-hard"``), ``family``
     (e.g. ``"mad"``), the ``base`` config its cells override and ``solved_at``, the test
-    accuracy a seed must reach to count as solved. ``extrapolates``: the base trains with an
-    extrapolation split (``train.extrapolate`` > 1)."""
+    accuracy a seed must reach to count as solved; its cells' widths are multiples of
+    ``width_step``. ``extrapolates``: the base trains with an extrapolation split
+    (``train.extrapolate`` > 1)."""
 
     name: str
     family: str
     base: ExperimentConfig
     solved_at: float = 0.9
+    width_step: int = WIDTH_STEP
 
     @property
     def extrapolates(self) -> bool:
@@ -76,13 +78,15 @@ def param_count(config: ExperimentConfig) -> int:
 
 
 @functools.cache
-def matched_width(base: ExperimentConfig, score: str, heads: int, layers: int) -> int:
-    """The largest multiple of :data:`WIDTH_STEP` up to ``base.model.width`` at which the model
-    with ``score``, ``heads`` and ``layers`` has at most the parameters of the scaled-dot
-    model at ``base.model.width`` (plus :data:`TOLERANCE`); a ``ValueError`` if none has."""
+def matched_width(
+    base: ExperimentConfig, score: str, heads: int, layers: int, step: int = WIDTH_STEP
+) -> int:
+    """The largest multiple of ``step`` up to ``base.model.width`` at which the model with
+    ``score``, ``heads`` and ``layers`` has at most the parameters of the scaled-dot model at
+    ``base.model.width`` (plus :data:`TOLERANCE`); a ``ValueError`` if none has."""
     shape = {"model.heads": heads, "model.layers": layers}
     budget = param_count(with_overrides(base, shape | {"model.score": "scaled_dot"}))
-    for width in range(base.model.width - base.model.width % WIDTH_STEP, 0, -WIDTH_STEP):
+    for width in range(base.model.width - base.model.width % step, 0, -step):
         config = with_overrides(base, shape | {"model.score": score, "model.width": width})
         if param_count(config) <= budget * (1 + TOLERANCE):
             return width
@@ -116,7 +120,8 @@ def cell_experiment(
     :func:`matched_width` (``matched=False``: at the column's width)."""
     points = tuple(
         {"model.score": s, "model.heads": h, "model.layers": n,
-         "model.width": matched_width(column.base, s, h, n) if matched else column.base.model.width}
+         "model.width": matched_width(column.base, s, h, n, column.width_step) if matched
+                        else column.base.model.width}
         for s, h, n in cells
     )  # fmt: skip
     return Experiment(

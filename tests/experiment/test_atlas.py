@@ -30,6 +30,10 @@ def test_matched_width_is_the_largest_within_the_scaled_dot_budget():
         assert width == base.model.width or params[width + 4] > budget * (1 + atlas.TOLERANCE)
     assert atlas.matched_width(base, "dot", 1, 1) == 32  # no extra parameters
     assert atlas.matched_width(base, "additive", 1, 1) < 32  # W_q, W_k, v and b cost width
+    mad = ATLAS.columns()[5]  # in_context_recall-easy: width 32, steps of 2
+    points = atlas.column_experiment(mad, ["bilinear"], (1,), (1,), ATLAS.RATES).points
+    widths = {p["model.width"] for p in points}
+    assert (mad.width_step, widths) == (2, {30})
 
 
 COLUMNS = ATLAS.columns()  # the full atlas's 19 columns (configs only, nothing is built)
