@@ -674,15 +674,22 @@ def _cost_table(found: Cells, cols, settings) -> str:
 
 
 def _time_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Each trained table's time, as measured around its training
-    (:func:`attnjax.experiment.atlas.timed`): wall and CPU minutes and the share of the wall
-    time during which JAX was compiling; and the total."""
+    """Each trained table's time, as measured around the call that finished it
+    (:func:`attnjax.experiment.atlas.timed`): wall and CPU minutes, the share of the wall time
+    during which JAX was compiling and what the time covers; and the total."""
     cost = {r["column"]: (r["wall_s"], r["cpu_s"], r["compile_s"]) for r in rows}
+    covers = {r["column"]: _COVERS.get(r.get("resumed"), "not recorded") for r in rows}
     total = tuple(sum(c[i] for c in cost.values()) for i in range(3))
-    lines = [[n, f"{w / 60:.1f}", f"{c / 60:.1f}", f"{k / w:.0%}"]
+    partial = any(v != _COVERS[0] for v in covers.values())
+    covers["total"] = "at least (some tables' time may be partial)" if partial else _COVERS[0]
+    lines = [[n, f"{w / 60:.1f}", f"{c / 60:.1f}", f"{k / w:.0%}", covers[n]]
              for n, (w, c, k) in [*cost.items(), ("total", total)]]  # fmt: skip
-    header = ["table", "wall min", "CPU min", "compiling, share of wall"]
+    header = ["table", "wall min", "CPU min", "compiling, share of wall", "covers"]
     return "Time (2-core CPU unless env.json says otherwise):\n\n" + markdown_table(header, lines)
+
+
+# What a table's time covers, by its ``resumed`` value (missing in tables written before it).
+_COVERS = {0: "the whole training", 1: "the last call only (resumed)"}
 
 
 def _followup_table(extra: Cells, cols: Sequence[plan.Column]) -> str:

@@ -152,7 +152,9 @@ def train_columns(
     first, with ``train_flops``. A column whose table is in ``<out>/columns/``, or else in
     ``finished`` (the tables of a partly finished atlas, committed to resume it on another
     machine), is read, not trained; a table whose plan is not the column's is a
-    ``ValueError`` (``overwrite``: trained again)."""
+    ``ValueError`` (``overwrite``: trained again). Each row carries the cost of the call that
+    finished its column (:func:`timed`) and ``resumed``: 1 if the column's folder held training
+    from an earlier call, whose time is not counted."""
     rows = []
     for experiment in experiments:
         folder = out / "columns" / experiment.name
@@ -161,13 +163,14 @@ def train_columns(
             rows += found
             continue
         named = None if progress is None else functools.partial(_named, progress, experiment.name)
+        resumed = not overwrite and any(folder.rglob("metrics.jsonl"))
         with timed() as cost:
             found, _ = train_points(
                 experiment, folder, num_seeds=num_seeds, overwrite=overwrite, progress=named
             )
         steps = experiment.base.train.steps
         found = [{"column": experiment.name, **r, "train_flops": r["flops_per_step"] * steps}
-                 | cost for r in found]  # fmt: skip
+                 | cost | {"resumed": int(resumed)} for r in found]  # fmt: skip
         storage.write_csv(folder.with_suffix(".csv"), found)
         storage.write_json(folder.with_suffix(".json"), _plan(experiment, num_seeds))
         rows += found

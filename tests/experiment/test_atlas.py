@@ -260,6 +260,12 @@ def test_smoke_atlas_records_recomputes_and_resumes(tmp_path, capsys):
                                     progress=steps.append, finished=out / "columns")  # fmt: skip
     tables = [out / "columns" / f"{c.name}.csv" for c in ATLAS.columns(smoke=True)]
     assert steps == [] and elsewhere == [r for t in tables for r in record.read_rows(t)]
+    assert {r["resumed"] for r in rows} == {0} and "| the whole training |" in text
+    for table in tables[1:]:  # xor_relation's table goes, its trained points stay
+        table.unlink()
+        table.with_suffix(".json").unlink()
+    resumed = atlas.train_columns(ATLAS.experiments(True)[1:], out, num_seeds=1)
+    assert {r["resumed"] for r in resumed} == {1}
     plan = out / "columns" / "xor_relation.json"
     plan.write_text(plan.read_text().replace('"steps": 20', '"steps": 40'))
     with pytest.raises(ValueError, match=r"xor_relation\.csv: written for another plan"):
