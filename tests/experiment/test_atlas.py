@@ -180,12 +180,14 @@ def test_verdicts_of_a_complete_atlas_judge_the_declared_columns():
     assert {c: v for c, (v, _) in judged.items()} == dict.fromkeys(("A1", "A2", "A3"), "supported")
     assert "dot H1 L2: 0/7/0" in judged["A2"][1] and "H1 L1" not in judged["A2"][1]
     assert "cosine H2 L2: 0/18/0" in judged["A3"][1]
-    # impostor's cosine (A3), the automaton's and memorization's additive scores (A1) are
-    # reported, not judged.
+    # impostor's cosine (A3), the additive scores of the automaton, memorization and mqar (A1;
+    # mqar's at two layers in A2 too) are reported, not judged.
     left_out = {("impostor", "cosine", h, n): FAILED for h, n in ATLAS.SETTINGS}
-    for name in ("automaton-easy", "memorization-hard"):
+    controls = {}
+    for name in ("automaton-easy", "memorization-hard", "mqar"):
         left_out |= _one_head(FAILED, name=name)
-    judged = ATLAS.verdicts(_atlas(left_out), cols)
+        controls |= _control(FAILED, name=name)
+    judged = ATLAS.verdicts(_atlas(left_out) | controls, cols)
     assert {v for v, _ in judged.values()} == {"supported"}
     # Each claim comes out refuted through its confirmed flag or failed cell, and
     # inconclusive where nothing is judged or the flag is not retrained.
@@ -292,6 +294,8 @@ def test_the_committed_partial_atlas_is_what_its_column_tables_give():
         pytest.skip("no partial atlas is committed")
     tables = [folder / "columns" / f"{c.name}.csv" for c in ATLAS.columns()]
     tables = [path for path in tables if path.is_file()]  # in the atlas's order, as it reads
+    for experiment in ATLAS.experiments(False, [p.stem for p in tables]):  # plans still hold
+        assert atlas._finished(experiment, ATLAS.SEEDS, folder / "columns") is not None
     rows = [r for path in tables for r in record.read_rows(path)]
     analysis = ATLAS.report_from_rows({"results.csv": rows})
     expected = record.report_text(analysis.verdicts, [analysis.body])
