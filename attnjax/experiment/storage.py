@@ -6,6 +6,7 @@ Nothing here pickles: JSON, CSV and orbax array checkpoints only.
 import csv
 import io
 import json
+import os
 import platform
 import subprocess
 import threading
@@ -21,7 +22,11 @@ import orbax.checkpoint as ocp
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """Write ``data`` to ``path`` atomically (a temporary file renamed over it), so another
+    process reading ``path`` sees the old file or the new one, never half of one."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, path)
 
 
 def read_json(path: Path) -> Any:
