@@ -110,7 +110,7 @@ within ±0.05 (two one-sided 95% bounds), and every informative column's mean di
 declaration).
 (ii) A screen: the pooled bound beyond ±0.05 (one-sided 95%) flags the (score, setting), an
 informative column's paired bound beyond ±0.05 (one-sided 99%) flags that column. Over 70 such
-comparisons at 5 seeds the screen flags something in 10-41% of atlases without any true
+comparisons at 5 seeds the screen flags something in 8-37% of atlases without any true
 difference (below), so a flag calls for confirmation: the flag's two cells (of each of its
 columns) are trained again on the fresh seeds 305-314 (table ``<column>@confirm``), and the
 flag is confirmed iff the fresh seeds' one-sided 95% bound of the difference (paired; pooled
@@ -130,13 +130,13 @@ stay: cosine's normalization is not bilinear, so a difference there is a finding
 built-in.
 
 Power (Monte Carlo of these rules, 300 atlases each: 5 seeds, no true difference, per-seed
-differences of spread sd on every informative column): A2 comes out supported in 99%, 3% and
-0% of atlases at sd 0.05, 0.1 and 0.15, A3 in 100%, 16% and 0%; so A2 and A3 can be supported
-essentially only where the scores saturate together or differ by a few points per seed. The
-screen flags something (and calls for confirmation runs) in 11%, 21% and 41% (A2) and 10%, 22%
-and 33% (A3) of atlases at sd 0.1, 0.15 and 0.2, and in 26% and 18% where each score solves
-each seed with probability 1/2; a flag without a true difference is confirmed with
-probability below 5%.
+differences of spread sd on every informative column; recomputed by
+tests/experiment/test_atlas_power.py): A2 comes out supported in 99%, 2% and 0% of atlases at
+sd 0.05, 0.1 and 0.15, A3 in 100%, 14% and 0%; so A2 and A3 can be supported essentially only
+where the scores saturate together or differ by a few points per seed. The screen flags
+something (and calls for confirmation runs) in 8%, 21% and 33% (A2) and 11%, 24% and 37% (A3)
+of atlases at sd 0.1, 0.15 and 0.2, and in 31% and 18% where each score solves each seed with
+probability 1/2; a flag without a true difference is confirmed with probability below 5%.
 
 Reported, not judged: MAD's score per score and setting (mean test accuracy over the 12 MAD
 columns), the same on the extrapolation split, parameters and training FLOPs per cell. The
