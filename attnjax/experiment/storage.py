@@ -23,10 +23,16 @@ import orbax.checkpoint as ocp
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` to ``path`` atomically (a temporary file renamed over it), so another
-    process reading ``path`` sees the old file or the new one, never half of one."""
+    process reading ``path`` sees the old file or the new one, never half of one; an
+    interrupted write leaves no temporary file behind."""
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path) -> Any:

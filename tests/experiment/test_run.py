@@ -18,6 +18,7 @@ from attnjax.experiment import (
     Runs,
     check_workdir,
     load_run,
+    storage,
     train_and_evaluate,
     with_overrides,
 )
@@ -377,3 +378,19 @@ def test_analysis_experiments_take_seeds_overwrite_and_resume(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["sweep", str(tmp_path / "fixed.py"), "--seeds", "2", "--out", str(out)])
     assert exit_info.value.code == 2 and "takes no seeds" in capsys.readouterr().err
+
+
+def test_json_is_replaced_whole_and_an_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "config.json"
+    storage.write_json(path, {"a": 1})
+    storage.write_json(path, {"a": 2})
+    assert storage.read_json(path) == {"a": 2}
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(storage.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        storage.write_json(path, {"a": 3})
+    assert storage.read_json(path) == {"a": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
