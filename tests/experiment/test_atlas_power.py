@@ -1,14 +1,13 @@
 """The power of the atlas's tie rule (A2, A3) as its docstring declares it, recomputed: a Monte
 Carlo of 300 atlases per setting, no true difference between the scores, from a fixed key."""
 
-import math
 import pathlib
 import re
 
 import numpy as np
 
-from attnjax.experiment import atlas, load_file
-from attnjax.experiment.sweep import Stats
+from attnjax.experiment import load_file
+from tests.experiment.test_atlas import _cell
 
 ROOT = pathlib.Path(__file__).parents[2]
 ATLAS = load_file(ROOT / "experiments" / "atlas.py")
@@ -16,9 +15,9 @@ CLAIMS = ATLAS._claims(ATLAS.columns())  # A2's and A3's columns, scores and set
 ATLASES, SPREADS = 300, (0.05, 0.1, 0.15, 0.2)
 
 
-def _cell(values: np.ndarray) -> atlas.Cell:
-    values = tuple(float(v) for v in values)
-    return atlas.Cell(Stats(sum(values) / len(values), 0.0, values, 1e-3, 0), math.nan, 0.0, 32)
+def _seeds(values: np.ndarray):
+    """A cell of these per-seed accuracies."""
+    return _cell(tuple(float(v) for v in values))
 
 
 def _atlas(claim: str, rng: np.random.Generator, sd: float, bimodal: bool) -> tuple[str, bool]:
@@ -32,12 +31,12 @@ def _atlas(claim: str, rng: np.random.Generator, sd: float, bimodal: bool) -> tu
         for setting in settings:
             if bimodal:
                 for s in ("scaled_dot", *scores):
-                    found[(c.name, s, *setting)] = _cell(np.where(rng.random(5) < 0.5, 1.0, 0.3))
+                    found[(c.name, s, *setting)] = _seeds(np.where(rng.random(5) < 0.5, 1.0, 0.3))
                 continue
             base = 0.7 + rng.normal(0, 0.1, ATLAS.SEEDS)
-            found[(c.name, "scaled_dot", *setting)] = _cell(base)
+            found[(c.name, "scaled_dot", *setting)] = _seeds(base)
             for s in scores:
-                found[(c.name, s, *setting)] = _cell(base + rng.normal(0, sd, ATLAS.SEEDS))
+                found[(c.name, s, *setting)] = _seeds(base + rng.normal(0, sd, ATLAS.SEEDS))
     verdict, reason = ATLAS.ties(found, cols, scores, settings)
     return verdict, re.search(r"flagged beyond [^:]*: (\d+),", reason)[1] != "0"
 
@@ -64,8 +63,8 @@ def test_the_declared_power_of_the_tie_rule_is_the_monte_carlos():
                  f"0.05, 0.1 and 0.15, A3 in {listed('A3', 0, SPREADS[:3])}")  # fmt: skip
     flagged = (f"flags something (and calls for confirmation runs) in "
                f"{listed('A2', 1, SPREADS[1:])} (A2) and {listed('A3', 1, SPREADS[1:])} (A3) of "
-               f"atlases at sd 0.1, 0.15 and "
-               f"0.2, and in {shares['A2']['bimodal'][1]}% and {shares['A3']['bimodal'][1]}% "
+               f"atlases at sd 0.1, 0.15 and 0.2, and in {shares['A2']['bimodal'][1]}% and "
+               f"{shares['A3']['bimodal'][1]}% "
                f"where each score solves each seed with probability 1/2")  # fmt: skip
     screened = [f for c in shares.values() for k, (_, f) in c.items() if k != 0.05]
     assert supported in declared
