@@ -675,11 +675,17 @@ def _cost_table(found: Cells, cols, settings) -> str:
 
 
 def _time_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Each trained table's time, as measured around the call that finished it
-    (:func:`attnjax.experiment.atlas.timed`): wall and CPU minutes, the share of the wall time
-    during which JAX was compiling and what the time covers; and the total."""
-    cost = {r["column"]: (r["wall_s"], r["cpu_s"], r["compile_s"]) for r in rows}
-    covers = {r["column"]: _COVERS.get(r.get("resumed"), "not recorded") for r in rows}
+    """Each trained table's time, as measured around the calls that trained it
+    (:func:`attnjax.experiment.atlas.timed`; a table trained in parts sums its calls, each
+    told by its cost): wall and CPU minutes, the share of the wall time during which JAX was
+    compiling and what the time covers; and the total."""
+    calls: dict[str, dict[tuple, Any]] = {}
+    for r in rows:
+        calls.setdefault(r["column"], {})[(r["wall_s"], r["cpu_s"], r["compile_s"])] = r.get(
+            "resumed"
+        )
+    cost = {n: tuple(sum(c[i] for c in own) for i in range(3)) for n, own in calls.items()}
+    covers = {n: _covers(list(own.values())) for n, own in calls.items()}
     total = tuple(sum(c[i] for c in cost.values()) for i in range(3))
     partial = any(v != _COVERS[0] for v in covers.values())
     covers["total"] = "at least (some tables' time may be partial)" if partial else _COVERS[0]
@@ -687,6 +693,13 @@ def _time_table(rows: Sequence[Mapping[str, Any]]) -> str:
              for n, (w, c, k) in [*cost.items(), ("total", total)]]  # fmt: skip
     header = ["table", "wall min", "CPU min", "compiling, share of wall", "covers"]
     return "Time (2-core CPU unless env.json says otherwise):\n\n" + markdown_table(header, lines)
+
+
+def _covers(resumed: Sequence[Any]) -> str:
+    """What the time of a table's calls covers, by their ``resumed`` values."""
+    worst = max(resumed, key=lambda r: (r is None, r or 0))
+    text = _COVERS.get(worst, "not recorded")
+    return text if len(resumed) == 1 else f"{text}, in {len(resumed)} calls"
 
 
 # What a table's time covers, by its ``resumed`` value (missing in tables written before it).

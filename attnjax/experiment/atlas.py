@@ -6,10 +6,12 @@ A :class:`Column` is one task at one difficulty level with its base config. A *c
 the model's parameters within the scaled-dot model's at the column's width
 (:func:`matched_width`), so a score's extra parameters never buy capacity. Each column trains
 as a sweep of its cells (:func:`column_experiment`, every seed and rate vectorized) in its own
-folder, so an atlas invoked again resumes where it stopped.
+folder, so an atlas invoked again resumes where it stopped; a column's table may hold some of
+its cells only, and a later call trains the rest (:func:`train_columns`).
 """
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -30,6 +32,7 @@ from attnjax.experiment.sweep import (
     Experiment,
     LearningRates,
     Stats,
+    check_points,
     labels,
     summarize,
     train_points,
@@ -148,52 +151,92 @@ def train_columns(
 ) -> list[dict[str, Any]]:
     """Train each column's sweep in ``<out>/columns/<name>/`` (resuming what its folders
     hold) and write its table, ``<out>/columns/<name>.csv``, with its plan beside it
-    (``<name>.json``: base config, cells, seeds, rates); return every run row, ``column``
-    first, with ``train_flops``. A column whose table is in ``<out>/columns/``, or else in
-    ``finished`` (the tables of a partly finished atlas, committed to resume it on another
-    machine), is read, not trained; a table whose plan is not the column's is a
-    ``ValueError`` (``overwrite``: trained again). Each row carries the cost of the call that
-    finished its column (:func:`timed`) and ``resumed``: 1 if the column's folder held training
-    from an earlier call, whose time is not counted."""
+    (``<name>.json``: base config, cells, seeds, rates); return the run rows of every cell
+    asked for, ``column`` first, with ``train_flops``. A column's table in ``<out>/columns/``,
+    or else in ``finished`` (the tables of a partly finished atlas, committed to resume it on
+    another machine), is read, not trained. A table may hold some of the column's cells only
+    (trained with a subset of the scores): then only the cells it lacks train, and the table
+    written holds both, so a column too long for one machine's session trains in parts (the
+    cells a call trains are numbered among themselves in their folders' names: the same call
+    again resumes them, a call for other cells trains in folders of its own). A
+    table whose plan is not the column's but for its cells is a ``ValueError``
+    (``overwrite``: trained again). Each row carries the cost of the call that trained its
+    cell (:func:`timed`) and ``resumed``: 1 if that call found training from an earlier call
+    in its cells' folders, whose time is not counted."""
     rows = []
     for experiment in experiments:
         folder = out / "columns" / experiment.name
-        found = None if overwrite else _finished(experiment, num_seeds, folder.parent, finished)
-        if found is not None:
-            rows += found
-            continue
-        named = None if progress is None else functools.partial(_named, progress, experiment.name)
-        resumed = not overwrite and any(folder.rglob("metrics.jsonl"))
-        with timed() as cost:
-            found, _ = train_points(
-                experiment, folder, num_seeds=num_seeds, overwrite=overwrite, progress=named
-            )
-        steps = experiment.base.train.steps
-        found = [{"column": experiment.name, **r, "train_flops": r["flops_per_step"] * steps}
-                 | cost | {"resumed": int(resumed)} for r in found]  # fmt: skip
-        storage.write_csv(folder.with_suffix(".csv"), found)
-        storage.write_json(folder.with_suffix(".json"), _plan(experiment, num_seeds))
-        rows += found
+        have, found = ([], []) if overwrite else _finished(experiment, num_seeds, out, finished)
+        asked = labels(experiment.points)
+        todo = [p for p in experiment.points if _cell_plan(p) not in have]
+        if todo:
+            part = dataclasses.replace(experiment, points=tuple(todo))
+            found += _train_part(part, folder, num_seeds, overwrite, progress)
+            plan = _plan(experiment, num_seeds) | {"cells": have + [_cell_plan(p) for p in todo]}
+            storage.write_csv(folder.with_suffix(".csv"), found)
+            storage.write_json(folder.with_suffix(".json"), plan)
+        rows += [r for r in found if r["point"] in asked]
     return rows
 
 
+def _train_part(
+    part: Experiment,
+    folder: Path,
+    num_seeds: int,
+    overwrite: bool,
+    progress: Callable[[str, int, int, float], None] | None,
+) -> list[dict[str, Any]]:
+    """Train the cells of ``part`` (a column's sweep, some of its cells) in ``folder``; their
+    run rows with the call's cost."""
+    named = None if progress is None else functools.partial(_named, progress, part.name)
+    points, _ = check_points(part, folder, num_seeds=num_seeds, overwrite=overwrite)
+    resumed = not overwrite and any(any(p.rglob("metrics.jsonl")) for p in points)
+    with timed() as cost:
+        found, _ = train_points(
+            part, folder, num_seeds=num_seeds, overwrite=overwrite, progress=named
+        )
+    steps = part.base.train.steps
+    return [{"column": part.name, **r, "train_flops": r["flops_per_step"] * steps}
+            | cost | {"resumed": int(resumed)} for r in found]  # fmt: skip
+
+
 def _finished(
-    experiment: Experiment, num_seeds: int, *folders: Path | None
-) -> list[dict[str, Any]] | None:
-    """The rows of the column's table in the first of ``folders`` holding one (None: none
-    does); a ``ValueError`` if its plan is not the column's."""
-    for folder in folders:
-        table = None if folder is None else folder / f"{experiment.name}.csv"
+    experiment: Experiment, num_seeds: int, out: Path, finished: Path | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The cells (as the plan writes them) and the rows of the column's table in
+    ``<out>/columns/``, or else in ``finished`` (none: two empty lists); a ``ValueError`` if its
+    plan is not the column's but for its cells, or if it holds one of the cells asked for with
+    another width."""
+    plan = _plan(experiment, num_seeds)
+    asked = {_cell_key(c): c for c in plan["cells"]}
+    for table in (out / "columns" / f"{experiment.name}.csv",
+                  finished and finished / f"{experiment.name}.csv"):  # fmt: skip
         if table is None or not table.is_file():
             continue
         plan_file = table.with_suffix(".json")
-        if not plan_file.is_file() or storage.read_json(plan_file) != _plan(experiment, num_seeds):
+        found = storage.read_json(plan_file) if plan_file.is_file() else {}
+        cells = found.pop("cells", None)
+        if (
+            cells is None
+            or found != {k: v for k, v in plan.items() if k != "cells"}
+            or any(asked.get(_cell_key(c), c) != c for c in cells)
+        ):
             raise ValueError(
                 f"{table}: written for another plan than {experiment.name}'s (config, cells, "
                 f"seeds or rates; see {plan_file.name}): remove it, or overwrite"
             )
-        return record.read_rows(table)
-    return None
+        return cells, record.read_rows(table)
+    return [], []
+
+
+def _cell_plan(point: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell as its column's plan writes it (JSON read back)."""
+    return json.loads(json.dumps(dict(point)))
+
+
+def _cell_key(cell: Mapping[str, Any]) -> tuple[str, int, int]:
+    """A cell's score, heads and layers (its width follows from them)."""
+    return cell["model.score"], cell["model.heads"], cell["model.layers"]
 
 
 @contextlib.contextmanager
@@ -234,7 +277,7 @@ def _plan(experiment: Experiment, num_seeds: int) -> dict[str, Any]:
     rates = experiment.learning_rates
     plan = {
         "base": experiment.base.to_dict(),
-        "cells": [dict(p) for p in experiment.points],
+        "cells": [_cell_plan(p) for p in experiment.points],
         "seeds": list(range(start, start + num_seeds)),
         "rates": repr(rates),
     }

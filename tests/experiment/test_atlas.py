@@ -1,14 +1,16 @@
 """The expressiveness atlas: matched widths, the rules of its claims on known cells, the smoke
 atlas through the command line (its record recomputes from its table, a second call reads the
-finished columns' tables, a table of another plan is refused), and its refusals."""
+finished columns' tables, a column's part table grows by the cells it lacks, a table of another
+plan is refused), and its refusals."""
 
+import json
 import math
 import pathlib
 
 import pytest
 
 from attnjax import cli
-from attnjax.experiment import atlas, load_file, record, with_overrides
+from attnjax.experiment import atlas, load_file, record, storage, with_overrides
 from attnjax.experiment.sweep import Stats, labels
 from attnjax.experiment.trainer import Trainer
 from attnjax.tasks import recall as recall_task
@@ -263,15 +265,40 @@ def test_smoke_atlas_records_recomputes_and_resumes(tmp_path, capsys):
     tables = [out / "columns" / f"{c.name}.csv" for c in ATLAS.columns(smoke=True)]
     assert steps == [] and elsewhere == [r for t in tables for r in record.read_rows(t)]
     assert {r["resumed"] for r in rows} == {0} and "| the whole training |" in text
-    for table in tables[1:]:  # xor_relation's table goes, its trained points stay
-        table.unlink()
-        table.with_suffix(".json").unlink()
+    whole_plan = tables[1].with_suffix(".json").read_text()
+    part = _keep_scaled_dot(tables[1])  # xor_relation's table: the part a --scores call writes
     resumed = atlas.train_columns(ATLAS.experiments(True)[1:], out, num_seeds=1)
-    assert {r["resumed"] for r in resumed} == {1}
+    grown = record.read_rows(tables[1])  # its additive cells trained again, scaled_dot's read
+    assert grown[: len(part)] == part and len(grown) == 2 * len(part) and resumed == grown
+    assert json.loads(tables[1].with_suffix(".json").read_text()) == json.loads(whole_plan)
+    # numbered among the cells of the call, the additive cells train in folders of their own
+    assert {r["resumed"] for r in grown} == {0} and grown[len(part) :] != rows[-len(part) :]
+    again = ATLAS.report_from_rows({"results.csv": grown}, smoke=True).body
+    assert "| the whole training, in 2 calls |" in again  # the part's call and the rest's
+    subset = ATLAS.experiments(True, ["xor_relation"], ["additive"])
+    elsewhere = atlas.train_columns(subset, tmp_path / "b", num_seeds=1, finished=out / "columns")
+    assert elsewhere == grown[len(part) :] and not (tmp_path / "b").exists()  # read, not trained
+    plan_text = tables[1].with_suffix(".json").read_text()
+    plan = json.loads(plan_text)
+    plan["cells"][-1]["model.width"] -= 4  # a cell asked for, at another width
+    tables[1].with_suffix(".json").write_text(json.dumps(plan))
+    with pytest.raises(ValueError, match=r"xor_relation\.csv: written for another plan"):
+        atlas.train_columns(subset, out, num_seeds=1)
+    tables[1].with_suffix(".json").write_text(plan_text)
     plan = out / "columns" / "xor_relation.json"
     plan.write_text(plan.read_text().replace('"steps": 20', '"steps": 40'))
     with pytest.raises(ValueError, match=r"xor_relation\.csv: written for another plan"):
         ATLAS.analyze(out, True)
+
+
+def _keep_scaled_dot(table: pathlib.Path) -> list[dict]:
+    """Make ``table`` (a column's, with its plan) hold its scaled_dot cells only; their rows."""
+    rows = [r for r in record.read_rows(table) if r["model.score"] == "scaled_dot"]
+    storage.write_csv(table, rows)
+    plan = json.loads(table.with_suffix(".json").read_text())
+    plan["cells"] = [c for c in plan["cells"] if c["model.score"] == "scaled_dot"]
+    table.with_suffix(".json").write_text(json.dumps(plan))
+    return record.read_rows(table)
 
 
 def test_atlas_refuses_unknown_names_and_a_published_subset(tmp_path, capsys):
@@ -286,14 +313,21 @@ def test_atlas_refuses_unknown_names_and_a_published_subset(tmp_path, capsys):
     assert not (tmp_path / "a").exists()
 
 
+def _cells_in(folder: pathlib.Path, name: str) -> int:
+    """The number of cells in the plan of ``folder``'s table of column ``name`` (0: none)."""
+    plan = folder / f"{name}.json"
+    return len(json.loads(plan.read_text())["cells"]) if plan.is_file() else 0
+
+
 def test_the_committed_partial_atlas_is_what_its_column_tables_give(tmp_path):
     """``results/atlas/partial/report.md`` (the finished columns of an atlas still training,
     which judges nothing) recomputed from ``results/atlas/columns/*.csv``."""
     folder = ROOT / "results" / "atlas"
     if not (folder / "partial" / "report.md").is_file():
         pytest.skip("no partial atlas is committed")
-    tables = [folder / "columns" / f"{c.name}.csv" for c in ATLAS.columns()]
-    names = [path.stem for path in tables if path.is_file()]  # in the atlas's order, as it reads
+    # The complete tables, in the atlas's order, as it reads them (not a column's part).
+    names = [e.name for e in ATLAS.experiments(False) if _cells_in(folder / "columns", e.name)
+             == len(e.points)]  # fmt: skip
     # Read as a resumed atlas reads them: a table whose plan is no longer its column's raises.
     rows = atlas.train_columns(ATLAS.experiments(False, names), tmp_path, num_seeds=ATLAS.SEEDS,
                                finished=folder / "columns")  # fmt: skip
