@@ -206,8 +206,8 @@ def _walk(jaxpr, consts, args, seen: list[float]) -> list:
         for v, x in zip(eqn.outvars, outs, strict=True):
             env[v] = x
             if jnp.issubdtype(jnp.result_type(x), jnp.floating) and jnp.size(x):
-                size = jnp.abs(x)
-                seen.append(float(jnp.max(jnp.where(size < MASKED, size, 0.0))))
+                size = np.abs(np.asarray(x))
+                seen.append(float(np.max(np.where(size < MASKED, size, 0.0))))
     return [read(v) for v in jaxpr.outvars]
 
 
@@ -223,7 +223,7 @@ def largest_activation(model: nnx.Module) -> float:
         return nnx.merge(graphdef, jax.tree.unflatten(tree, leaves), rest)(batch)
 
     closed = jax.make_jaxpr(forward)(*leaves)
-    seen = [float(jnp.max(jnp.abs(x))) for x in leaves]
+    seen = [float(np.max(np.abs(x))) for x in leaves]
     _walk(closed.jaxpr, closed.consts, leaves, seen)
     return max(seen)
 
@@ -240,7 +240,7 @@ def acceptance(model: nnx.Module) -> dict[str, float | bool]:
     batch = task.all_examples(task.config())
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     leaves, tree = jax.tree.flatten(params)
-    largest = max(float(jnp.max(jnp.abs(x))) for x in leaves)
+    largest = max(float(np.max(np.abs(x))) for x in leaves)
     gaps = _logit_gaps(model)
     activation = largest_activation(model)
 
@@ -252,9 +252,8 @@ def acceptance(model: nnx.Module) -> dict[str, float | bool]:
         return task.metrics(nnx.merge(graphdef, jax.tree.unflatten(tree, noisy), rest)(batch),
                             batch)["accuracy"]  # fmt: skip
 
-    robust = float(
-        jnp.mean(jax.vmap(perturbed)(jax.random.split(jax.random.key(0), DRAWS)) >= SOLVED)
-    )
+    accuracies = jax.jit(jax.vmap(perturbed))(jax.random.split(jax.random.key(0), DRAWS))
+    robust = float(jnp.mean(accuracies >= SOLVED))
     found = {
         "accuracy": _accuracy(model),
         "largest_param": largest,

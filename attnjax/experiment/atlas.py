@@ -77,7 +77,13 @@ class Cell(NamedTuple):
 
 def param_count(config: ExperimentConfig) -> int:
     """Parameters of ``config``'s model (shapes only, nothing is initialized)."""
-    return trainer.param_count(lambda: nn.build(config.model, nnx.Rngs(0)))
+    return _model_param_count(config.model)
+
+
+@functools.cache
+def _model_param_count(model: nn.ModelConfig) -> int:
+    """Parameters of the model ``model`` configures (columns share models: counted once)."""
+    return trainer.param_count(lambda: nn.build(model, nnx.Rngs(0)))
 
 
 @functools.cache
