@@ -22,7 +22,6 @@ from attnjax import mods
 from attnjax import nn as ann
 from attnjax.masks import block_mask
 from attnjax.sharded import ring_attention
-from tests.cpu import subprocess_env
 
 B, T, N, K, H = 2, 8, 4, 2, 8
 BLOCKS = aj.BlockSizes(4, 4)
@@ -30,8 +29,10 @@ PALLAS_BLOCKS = aj.BlockSizes(8, 8)
 
 
 def test_every_path_works_under_x64_with_float32_inputs():
-    env = subprocess_env(JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu")
+    from tests.cpu import subprocess_env  # here: the file also runs as a script
+
     root = pathlib.Path(__file__).parents[1]
+    env = subprocess_env(JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu")
     run = subprocess.run(
         [sys.executable, __file__], env=env, cwd=root, capture_output=True, text=True, timeout=600
     )
