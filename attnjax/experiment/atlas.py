@@ -77,12 +77,14 @@ class Cell(NamedTuple):
 
 def param_count(config: ExperimentConfig) -> int:
     """Parameters of ``config``'s model (shapes only, nothing is initialized)."""
-    return _model_param_count(config.model)
+    return _model_param_count(config.model, nn.MODELS.get(config.model.kind))
 
 
 @functools.cache
-def _model_param_count(model: nn.ModelConfig) -> int:
-    """Parameters of the model ``model`` configures (columns share models: counted once)."""
+def _model_param_count(model: nn.ModelConfig, kind: type | None) -> int:
+    """Parameters of the model ``model`` configures, counted once per model (columns share
+    models); ``kind``, the class registered for its kind, keys it too (registered anew, the
+    kind is counted anew)."""
     return trainer.param_count(lambda: nn.build(model, nnx.Rngs(0)))
 
 

@@ -7,9 +7,11 @@ import json
 import math
 import pathlib
 
+import jax.numpy as jnp
 import pytest
+from flax import nnx
 
-from attnjax import cli
+from attnjax import cli, nn
 from attnjax.experiment import atlas, load_file, record, storage, with_overrides
 from attnjax.experiment.sweep import Stats, labels
 from attnjax.experiment.trainer import Trainer
@@ -36,6 +38,20 @@ def test_matched_width_is_the_largest_within_the_scaled_dot_budget():
     points = atlas.column_experiment(mad, ["bilinear"], (1,), (1,), ATLAS.RATES).points
     widths = {p["model.width"] for p in points}
     assert (mad.width_step, widths) == (2, {30})
+
+
+def test_param_count_is_counted_anew_for_a_kind_registered_anew(monkeypatch):
+    """Counts are kept per model and the class registered for its kind: never stale."""
+    base = ATLAS.columns(smoke=True)[1].base
+    before = atlas.param_count(base)
+
+    class WithOneMore(nn.MODELS[base.model.kind]):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.extra = nnx.Param(jnp.zeros(()))
+
+    monkeypatch.setitem(nn.MODELS, base.model.kind, WithOneMore)
+    assert atlas.param_count(base) == before + 1
 
 
 COLUMNS = ATLAS.columns()  # the full atlas's 19 columns (configs only, nothing is built)
