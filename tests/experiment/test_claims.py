@@ -6,13 +6,12 @@ import dataclasses
 import json
 import math
 import pathlib
-import shutil
 
 import jax
 import pytest
 
 from attnjax import cli
-from attnjax.experiment import claims, load_file, recompute, sweep
+from attnjax.experiment import claims, load_file, sweep
 from attnjax.experiment.record import publish
 from attnjax.experiment.storage import read_csv
 from attnjax.experiment.sweep import labels
@@ -140,9 +139,8 @@ def test_rerun_reproduces_the_committed_record(tmp_path):
     retrained from scratch with the experiment's own base config and seeds, and its rows of
     results.csv must equal the committed ones (every number within TOLERANCE, every text
     column exactly; within ACROSS_JAX_VERSIONS on a JAX other than the record's). The whole
-    record (20 points) takes minutes to rerun, so only this subset is retrained; the whole
-    report.md is then recomputed from all committed rows (what `attnjax claims --check` does)
-    and must equal the committed one."""
+    record (20 points) takes minutes to rerun, so only this subset is retrained (recomputing
+    report.md from the committed rows is `attnjax claims --check`'s, which CI runs)."""
     module = load_file(ROOT / "experiments" / "xor_bits.py")
     exp = module.get_experiment()
     point = module.WITH_LAYERNORM | {"optim.learning_rate": 0.03}
@@ -165,8 +163,6 @@ def test_rerun_reproduces_the_committed_record(tmp_path):
                 assert math.isclose(float(new[column]), float(value), abs_tol=tolerance), column
             except ValueError:  # text columns
                 assert new[column] == value, column
-    shutil.rmtree(tmp_path / "points")
-    assert recompute.differences(ROOT, ["xor_bits"]) == ([], [])
 
 
 def test_publish_copies_the_record_and_the_figures_its_report_shows(tmp_path):
