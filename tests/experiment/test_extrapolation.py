@@ -139,3 +139,22 @@ def test_an_extrapolation_that_cannot_work_is_refused_when_the_config_is_built(
 def test_learned_positions_covering_the_longer_length_are_accepted():
     config = variant(model__positional="learned", model__max_len=32)()
     assert get_trainer(config).splits["longer"][1].seq_len == 32
+
+
+def test_evaluating_many_runs_takes_the_memory_of_one():
+    """The dense additive score holds ``[B, T, S, A]`` per run (64·32·32·16 floats on the
+    longer split here); the runs are evaluated one after another, so 8 runs' evaluation
+    program needs about one run's scratch memory, not 8 times it (38 MB when vectorized)."""
+    trainer = get_trainer(with_overrides(CONFIG, {"model.score": "additive"}))
+    split_id, task_config = trainer.splits["longer"]
+    program = trainer._evals[task_config]
+
+    def scratch(runs: int) -> int:
+        seeds = jax.ShapeDtypeStruct((runs,), jnp.uint32)
+        state = jax.eval_shape(trainer._init, seeds)
+        lowered = program.lower(state.params, state.rest, seeds, jnp.uint32(split_id))
+        return lowered.compile().memory_analysis().temp_size_in_bytes
+
+    one, many = scratch(1), scratch(8)
+    assert one >= 64 * 32 * 32 * 16 * 4  # the hidden features are held
+    assert many < 1.5 * one, (one, many)
