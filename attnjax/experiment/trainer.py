@@ -277,8 +277,7 @@ def _one_run_per_device_at_a_time(one: Callable) -> Callable:
     compression-hard's longer split, it held 17.6 GB."""
 
     def evaluate(params, rest, seeds, split_id):
-        devices = len(jax.devices())
-        groups = devices if seeds.shape[0] % devices == 0 else 1  # as shard_runs places runs
+        groups = _device_groups(seeds.shape[0])
         runs = jax.tree.map(lambda x: x.reshape(groups, -1, *x.shape[1:]), (params, rest, seeds))
         metrics = jax.vmap(lambda xs: jax.lax.map(lambda x: one(*x, split_id), xs))(runs)
         return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), metrics)
@@ -294,13 +293,19 @@ def gather(x: Array) -> np.ndarray:
     return np.asarray(x)
 
 
+def _device_groups(runs: int) -> int:
+    """Into how many device blocks :func:`shard_runs` splits ``runs`` runs: every device's
+    when they divide evenly, else 1 (not sharded)."""
+    devices = len(jax.devices())
+    return devices if runs % devices == 0 else 1
+
+
 def shard_runs(tree: Any) -> Any:
     """Place the leading run axis of every leaf across all devices when it divides evenly."""
-    devices = jax.devices()
     leaves = jax.tree.leaves(tree)
-    if len(devices) == 1 or any(x.ndim == 0 or x.shape[0] % len(devices) for x in leaves):
+    if any(x.ndim == 0 or _device_groups(x.shape[0]) == 1 for x in leaves):
         return tree
-    sharding = NamedSharding(Mesh(np.array(devices), ("runs",)), PartitionSpec("runs"))
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("runs",)), PartitionSpec("runs"))
     return jax.device_put(tree, sharding)
 
 
