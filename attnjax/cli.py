@@ -67,11 +67,12 @@ class Progress:
     """Training progress on stderr: points done of the total, and each running point's step,
     loss and time left. Live bars (rich) on a terminal; plain lines otherwise (one per
     evaluation chunk). Called from the sweep's worker threads as ``(point, step, total,
-    loss)``. Across processes only process 0 shows it; the others stay quiet."""
+    loss)``. A point trained again (a grown rate grid) gets a clock of its own and counts once
+    among the points done. Across processes only process 0 shows it; the others stay quiet."""
 
     def __init__(self, num_points: int | None = None):
         self.console = rich.console.Console(stderr=True)
-        self.num_points, self.done = num_points, 0
+        self.num_points, self.done = num_points, set()
         self.lock = threading.Lock()
         self.started: dict[str, tuple[float, int]] = {}
         self.bars = None
@@ -104,11 +105,14 @@ class Progress:
         with self.lock:
             start_time, start_step = self.started.setdefault(point, (time.monotonic(), step))
             finished = step >= total
-            self.done += finished
+            newly_done = finished and point not in self.done
+            if finished:  # a later training of this point starts its own clock
+                del self.started[point]
+                self.done.add(point)
             if self.bars is None:
                 rate = (time.monotonic() - start_time) / max(step - start_step, 1)
                 left = "" if step == start_step else f"  {rate * (total - step):.0f} s left"
-                count = "" if self.num_points is None else f"[{self.done}/{self.num_points}] "
+                count = "" if self.num_points is None else f"[{len(self.done)}/{self.num_points}] "
                 print(f"{count}{point}  step {step}/{total}  loss {loss:.4f}{left}",
                       file=sys.stderr, flush=True)  # fmt: skip
                 return
@@ -117,7 +121,7 @@ class Progress:
             self.bars.update(self.tasks[point], completed=step, loss=f"loss {loss:.4f}")
             if finished:
                 self.bars.remove_task(self.tasks.pop(point))
-                if self.num_points is not None:
+                if self.num_points is not None and newly_done:
                     self.bars.advance(self.points)
 
 

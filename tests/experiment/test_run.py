@@ -200,6 +200,21 @@ def test_cli_run_with_set_override(tmp_path, capsys):
     assert re.search(r"xor_relation  step 20/20  loss \d+\.\d{4}  \d+ s left", captured.err)
 
 
+def test_progress_times_a_point_trained_again_on_its_own_clock(monkeypatch, capsys):
+    # a resumed point finishes, then trains again (a grown rate grid) from step 0; 10 s a chunk
+    now = [0.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: now[0])
+    progress = cli.Progress(num_points=2)
+    for step in (450, 600, 150, 300, 450, 600):
+        progress("p", step, 600, 1.0)
+        now[0] += 10
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1].endswith("[1/2] p  step 600/600  loss 1.0000  0 s left")
+    assert "s left" not in lines[2]  # its first chunk: no rate yet
+    assert lines[3].endswith("step 300/600  loss 1.0000  20 s left")  # 10 s per 150 steps
+    assert lines[5].startswith("[1/2] p  step 600/600")  # counted once among the points done
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
