@@ -105,7 +105,6 @@ class Progress:
         with self.lock:
             start_time, start_step = self.started.setdefault(point, (time.monotonic(), step))
             finished = step >= total
-            newly_done = finished and point not in self.done
             if finished:  # a later training of this point starts its own clock
                 del self.started[point]
                 self.done.add(point)
@@ -121,8 +120,8 @@ class Progress:
             self.bars.update(self.tasks[point], completed=step, loss=f"loss {loss:.4f}")
             if finished:
                 self.bars.remove_task(self.tasks.pop(point))
-                if self.num_points is not None and newly_done:
-                    self.bars.advance(self.points)
+                if self.num_points is not None:
+                    self.bars.update(self.points, completed=len(self.done))
 
 
 SMOKE_HELP = (  # measured on 2 CPU cores without a compilation cache

@@ -215,6 +215,14 @@ def test_progress_times_a_point_trained_again_on_its_own_clock(monkeypatch, caps
     assert lines[5].startswith("[1/2] p  step 600/600")  # counted once among the points done
 
 
+def test_progress_bars_count_a_point_trained_again_once(monkeypatch):
+    monkeypatch.setattr(cli.rich.console.Console, "is_terminal", property(lambda _: True))
+    with cli.Progress(num_points=2) as progress:
+        for step in (300, 600, 300, 600):
+            progress("p", step, 600, 1.0)
+        assert progress.bars.tasks[progress.points].completed == 1 and not progress.tasks
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
