@@ -1,10 +1,14 @@
 """The power of the atlas's tie rule (A2, A3) as its docstring declares it, recomputed: a Monte
-Carlo of 300 atlases per setting, no true difference between the scores, from a fixed key."""
+Carlo of 300 atlases per setting, no true difference between the scores, from a fixed key.
+It calls the rule's helpers millions of times without jaxtyping's runtime checks, which bind
+every call's arguments (most of the test's time) and are exercised by the other atlas tests."""
 
 import pathlib
 import re
 
+import jaxtyping
 import numpy as np
+import pytest
 
 from attnjax.experiment import load_file
 from tests.experiment.test_atlas import _cell
@@ -50,7 +54,16 @@ def _shares(claim: str, sd: float, bimodal: bool = False) -> tuple[int, int]:
     return round(100 * supported / ATLASES), round(100 * flagged / ATLASES)
 
 
-def test_the_declared_power_of_the_tie_rule_is_the_monte_carlos():
+@pytest.fixture
+def unchecked():
+    """jaxtyping's runtime checks off for the test."""
+    was = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    yield
+    jaxtyping.config.update("jaxtyping_disable", was)
+
+
+def test_the_declared_power_of_the_tie_rule_is_the_monte_carlos(unchecked):
     shares = {c: {sd: _shares(c, sd) for sd in SPREADS} | {"bimodal": _shares(c, 0.0, True)}
               for c in ("A2", "A3")}  # fmt: skip
 
