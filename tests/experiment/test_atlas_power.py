@@ -8,7 +8,6 @@ import re
 
 import jaxtyping
 import numpy as np
-import pytest
 
 from attnjax.experiment import load_file
 from tests.experiment.test_atlas import _cell
@@ -54,16 +53,8 @@ def _shares(claim: str, sd: float, bimodal: bool = False) -> tuple[int, int]:
     return round(100 * supported / ATLASES), round(100 * flagged / ATLASES)
 
 
-@pytest.fixture
-def unchecked():
-    """jaxtyping's runtime checks off for the test."""
-    was = jaxtyping.config.jaxtyping_disable
-    jaxtyping.config.update("jaxtyping_disable", True)
-    yield
-    jaxtyping.config.update("jaxtyping_disable", was)
-
-
-def test_the_declared_power_of_the_tie_rule_is_the_monte_carlos(unchecked):
+def test_the_declared_power_of_the_tie_rule_is_the_monte_carlos(monkeypatch):
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", True)
     shares = {c: {sd: _shares(c, sd) for sd in SPREADS} | {"bimodal": _shares(c, 0.0, True)}
               for c in ("A2", "A3")}  # fmt: skip
 
