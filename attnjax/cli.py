@@ -375,8 +375,13 @@ def _compile_cache() -> None:
     if os.environ.get("ATTNJAX_COMPILE_CACHE", "1") == "0":
         return
     if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        jax.config.update("jax_compilation_cache_dir", str(base / "attnjax" / "jax"))
+        jax.config.update("jax_compilation_cache_dir", str(cache_folder("jax")))
+
+
+def cache_folder(name: str) -> Path:
+    """attnjax's folder ``name`` in the user's cache: ``$XDG_CACHE_HOME/attnjax/<name>``, or
+    ``~/.cache/attnjax/<name>`` without it."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnjax" / name
 
 
 class _Parser(argparse.ArgumentParser):
