@@ -35,23 +35,17 @@ CACHE_SETTINGS = {  # JAX's names, as jax.config and the environment take them
 }
 
 
-def compile_cache_dir() -> Path:
-    """The test processes' cache: ``JAX_COMPILATION_CACHE_DIR`` if set, else attnjax's
-    ``jax-tests`` folder in the user's cache (apart from the CLI's ``jax``)."""
-    if folder := os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return Path(folder)
-    return cache_folder("jax-tests")
-
-
 def use_compile_cache(prune: bool) -> None:
     """JAX's persistent compilation cache for this process and, through the environment, its
-    subprocesses: every program (JAX's default skips those compiled in under a second). The
+    subprocesses: every program (JAX's default skips those compiled in under a second), in
+    ``JAX_COMPILATION_CACHE_DIR`` if set, else attnjax's ``jax-tests`` folder in the user's
+    cache (apart from the CLI's ``jax``). The
     cache key covers the program, the XLA flags and the versions, so a hit is the executable
     a compilation would give; tracing and lowering still run. ``prune`` (the suite's first
     process): empty a folder over :data:`CACHE_LIMIT`. ``ATTNJAX_COMPILE_CACHE=0``: off."""
     if os.environ.get("ATTNJAX_COMPILE_CACHE", "1") == "0":
         return
-    folder = compile_cache_dir()
+    folder = Path(os.environ.get("JAX_COMPILATION_CACHE_DIR") or cache_folder("jax-tests"))
     if prune and folder.is_dir():
         if sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) > CACHE_LIMIT:
             shutil.rmtree(folder, ignore_errors=True)
