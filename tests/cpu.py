@@ -39,10 +39,10 @@ def use_compile_cache(prune: bool) -> None:
     """JAX's persistent compilation cache for this process and, through the environment, its
     subprocesses: every program (JAX's default skips those compiled in under a second), in
     ``JAX_COMPILATION_CACHE_DIR`` if set, else attnjax's ``jax-tests`` folder in the user's
-    cache (apart from the CLI's ``jax``). The
-    cache key covers the program, the XLA flags and the versions, so a hit is the executable
-    a compilation would give; tracing and lowering still run. ``prune`` (the suite's first
-    process): empty a folder over :data:`CACHE_LIMIT`. ``ATTNJAX_COMPILE_CACHE=0``: off."""
+    cache (apart from the CLI's ``jax``). The cache key covers the program, the XLA flags and
+    the versions, so a hit is the executable a compilation would give; tracing and lowering
+    still run. ``prune`` (the suite's first process): empty a folder over
+    :data:`CACHE_LIMIT`. ``ATTNJAX_COMPILE_CACHE=0``: off."""
     if os.environ.get("ATTNJAX_COMPILE_CACHE", "1") == "0":
         return
     folder = Path(os.environ.get("JAX_COMPILATION_CACHE_DIR") or cache_folder("jax-tests"))
