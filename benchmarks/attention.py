@@ -66,6 +66,8 @@ def implementations(causal, additive_params, pallas_blocks=()):
     if jax.default_backend() == "gpu":
         from jax.experimental.pallas.ops.gpu.attention import mha
 
+        from attnjax.pallas.mosaic_gpu import flash
+
         for blocks in (None, *pallas_blocks):
             name = "pallas" if blocks is None else f"pallas {blocks.block_q}x{blocks.block_k}"
             impls[name] = lambda q, k, v, blocks=blocks: aj.attention(
@@ -77,6 +79,9 @@ def implementations(causal, additive_params, pallas_blocks=()):
         impls["cudnn"] = lambda q, k, v: jax.nn.dot_product_attention(
             q, k, v, is_causal=causal, implementation="cudnn"
         )
+        impls["mosaic_gpu"] = lambda q, k, v: flash(
+            (q * q.shape[-1] ** -0.5).astype(q.dtype), k, v, causal
+        )[0]  # attnjax.pallas.mosaic_gpu: not yet validated on a GPU
     if jax.default_backend() == "tpu":
         impls.update(tpu_implementations(causal))
     if additive_params is not None:

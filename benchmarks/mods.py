@@ -3,7 +3,7 @@
     python benchmarks/mods.py                   # the figures of docs/performance.md
     python benchmarks/mods.py --length 1024     # a quicker look
 
-B=1, N=8, H=64, float32 (CPU unless a GPU is present). Per group, the first row is the
+B=1, N=8, H=64, float32 (CPU). Per group, the first row is the
 baseline; speed-up = baseline time / time (median of ``--repeats`` after a warm-up, compile
 timed separately); memory = the compiled program's temporary bytes. Block masks are built
 once and passed with ``block_mask=``; building one is its own row.
@@ -16,8 +16,10 @@ once and passed with ``block_mask=``; building one is its own row.
 - relative bias: forward+backward with a learnable ``relative_position_bias``: temporary
   memory at length/4, length/2 and length, and the table's gradient against the dense
   reference (a ``bias`` array gathered from the table) at length/8.
-- GPU only: the Pallas kernel, causal, bfloat16, B=2, N=16, H=128, with ``softcap`` and
-  ``alibi`` against the same kernel without mods.
+- On a GPU, instead of the groups above: the Pallas kernel in bfloat16, B=2, N=16, H=128,
+  causal with ``softcap`` and ``alibi`` against the same kernel without mods, and a
+  ``document`` mask_mod with its block mask against the kernel without a mask and
+  ``jax.nn`` with the dense mask.
 """
 
 import argparse
@@ -34,8 +36,11 @@ B, N, H = 1, 8, 64
 TABLE_BUCKETS = dict(num_buckets=32, max_distance=128)
 
 
+KEY = jax.random.key(0)
+
+
 def qkv(length):
-    ks = jax.random.split(jax.random.key(0), 3)
+    ks = jax.random.split(KEY, 3)
     return tuple(jax.random.normal(k, (B, length, N, H), jnp.float32) for k in ks)
 
 
@@ -176,9 +181,12 @@ def relative_bias_group(length, repeats):
     )
 
 
-def gpu_group(length, repeats):
-    ks = jax.random.split(jax.random.key(0), 3)
-    q, k, v = (jax.random.normal(key, (2, length, 16, 128), jnp.bfloat16) for key in ks)
+def gpu_groups(length, repeats):
+    """The Pallas kernel in bfloat16, B=2, N=16, H=128: causal with softcap + ALiBi against
+    without mods, and a document mask_mod (16 documents) with its block mask against the
+    kernel without a mask and ``jax.nn`` with the dense mask."""
+    shape = (2, length, 16, 128)
+    q, k, v = (jax.random.normal(key, shape, jnp.bfloat16) for key in jax.random.split(KEY, 3))
     score_mod = mods.compose(mods.softcap(30.0), mods.alibi(16))
     group(
         f"Pallas, causal, bfloat16, B=2 N=16 H=128, T={length}",
@@ -188,6 +196,25 @@ def gpu_group(length, repeats):
             ),
             "pallas, softcap(30) + alibi": lambda q, k, v: aj.attention(
                 q, k, v, is_causal=True, score_mod=score_mod, implementation="pallas"
+            ),
+        },
+        (q, k, v),
+        repeats,
+        same_output=False,
+    )
+    ids = (jnp.arange(length) // (length // 16))[None].repeat(2, 0)
+    params = {"document_ids": ids}
+    tiles = aj.BlockSizes(128, 64)  # the kernel's bfloat16 tiles
+    block = masks.block_mask(mods.document(), params, 2, None, length, length, tiles)
+    dense = (ids[:, :, None] == ids[:, None, :])[:, None]
+    print(f"\nblock mask for 16 documents: {block}")
+    group(
+        f"Pallas, document mask, bfloat16, B=2 N=16 H=128, T={length}",
+        {
+            "pallas, no mask": lambda q, k, v: aj.attention(q, k, v, implementation="pallas"),
+            "jax.nn, dense mask": lambda q, k, v: jax.nn.dot_product_attention(q, k, v, mask=dense),
+            "pallas, document mask_mod, block mask 128x64": lambda q, k, v: aj.attention(
+                q, k, v, block_mask=block, mod_params=params, implementation="pallas"
             ),
         },
         (q, k, v),
@@ -206,12 +233,13 @@ def main():
     blocks = aj.BlockSizes(args.block_q, args.block_k)
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, B={B} N={N} H={H} float32")
     start = time.perf_counter()
-    document_group(args.length, blocks, args.repeats)
-    window_group(args.length, blocks, args.repeats)
-    softcap_group(args.length // 2, args.repeats)
-    relative_bias_group(args.length, args.repeats)
     if jax.default_backend() == "gpu":
-        gpu_group(args.length, args.repeats)
+        gpu_groups(args.length, args.repeats)
+    else:
+        document_group(args.length, blocks, args.repeats)
+        window_group(args.length, blocks, args.repeats)
+        softcap_group(args.length // 2, args.repeats)
+        relative_bias_group(args.length, args.repeats)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
 
