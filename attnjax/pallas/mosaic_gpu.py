@@ -9,11 +9,12 @@ tiles, per query head; GQA sums each group outside). :func:`flash` takes 16-bit 
 does for the dot-family scores), head dims 64 or 128, and ``causal`` (query ``i`` sees keys
 ``j <= i``).
 
-**Not yet run on a GPU**: no GPU was at hand when it was written. Its lowering for CUDA is
-checked in the suite (``jax.export(..., platforms=["cuda"])``; Mosaic GPU has no CPU
-interpreter for ``wgmma``), its numerics and speed by ``tests/test_pallas_gpu.py`` and
-``benchmarks/gpu.sh`` on a Hopper GPU. :func:`attnjax.attention` does not offer it until
-those have passed there.
+**Not yet run on a GPU**: no GPU was at hand when it was written. The suite checks that its
+kernels lower for CUDA (``jax.export(..., platforms=["cuda"])``) and runs them in Mosaic GPU's
+interpreter with plain dots in place of ``wgmma`` (``interpret=True``: the interpreter runs no
+``wgmma`` with a register operand) against a dense reference; ``tests/test_pallas_gpu.py``
+and ``benchmarks/gpu.sh`` check the tensor-core path and time it on a Hopper GPU.
+:func:`attnjax.attention` does not offer it until those have passed there.
 """
 
 import functools
@@ -36,15 +37,23 @@ BLOCK_Q = 64  # one warpgroup's wgmma rows
 BLOCK_K = 128  # the forward's key tile
 BLOCK_K_BACKWARD = 64  # two [64, H] float32 accumulators stay in registers
 LOG2E = math.log2(math.e)
+F32 = jnp.float32
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def flash(q, k, v, causal: bool):
+def flash(q, k, v, causal: bool, *, interpret: bool = False):
     """``(softmax(q kᵀ) v [B, T, N, H], log-sum-exp [B, N, T] float32)`` for 16-bit
     ``q [B, T, N, H]``, ``k, v [B, S, K, H]`` (``N`` a multiple of ``K``); ``causal``: query
-    ``i`` sees keys ``j <= i``. Anything else is a ``ValueError``."""
+    ``i`` sees keys ``j <= i``. Anything else is a ``ValueError``. ``interpret``: run the
+    kernels in Mosaic GPU's interpreter (CPU; JAX 0.11 and later) with plain dots in place of
+    ``wgmma``, which it cannot run with a register operand: the copies, barriers, schedule,
+    masks and padding are the kernels' own, the tensor-core path is not (slow: for tests)."""
     _check(q, k, v)
-    return _forward(q, k, v, causal)
+    return _flash(q, k, v, causal, interpret)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _flash(q, k, v, causal, interpret):
+    return _forward(q, k, v, causal, interpret)
 
 
 def _check(q, k, v) -> None:
@@ -54,10 +63,13 @@ def _check(q, k, v) -> None:
         and k.dtype == v.dtype == q.dtype,
         "a head dim of 64 or 128, the same for q, k and v": q.shape[-1] in (64, 128)
         and k.shape[-1] == v.shape[-1] == q.shape[-1],
-        "q [B, T, N, H], k and v [B, S, K, H] with N a multiple of K": q.ndim == k.ndim == 4
-        and k.shape == v.shape
-        and k.shape[0] == q.shape[0]
-        and q.shape[2] % k.shape[2] == 0,
+        "q [B, T, N, H], k and v [B, S, K, H] with N a multiple of K, T and S at least 1": (
+            q.ndim == k.ndim == 4
+            and k.shape == v.shape
+            and k.shape[0] == q.shape[0]
+            and q.shape[2] % k.shape[2] == 0
+            and min(q.shape[1], k.shape[1]) > 0
+        ),
     }
     missing = [need for need, ok in needs.items() if not ok]
     if missing:
@@ -67,24 +79,23 @@ def _check(q, k, v) -> None:
         raise ValueError(f"mosaic_gpu.flash needs {'; '.join(missing)}; got {shapes}")
 
 
-def _flash_fwd(q, k, v, causal):
-    _check(q, k, v)
-    out, lse = _forward(q, k, v, causal)
+def _flash_fwd(q, k, v, causal, interpret):
+    out, lse = _forward(q, k, v, causal, interpret)
     return (out, lse), (q, k, v, out, lse)
 
 
-def _flash_bwd(causal, residuals, cotangents):
+def _flash_bwd(causal, interpret, residuals, cotangents):
     q, k, v, out, lse = residuals
     d_out, d_lse = cotangents
     # d lse / d s = p, so the lse cotangent joins the rows' delta: ds = p (dp - delta + d_lse)
     delta = jnp.einsum("btnh,btnh->bnt", out.astype(jnp.float32), d_out.astype(jnp.float32))
     delta = delta - d_lse
-    dq = _backward_dq(q, k, v, d_out, lse, delta, causal)
-    dk, dv = _backward_dkv(q, k, v, d_out, lse, delta, causal)
+    dq = _backward_dq(q, k, v, d_out, lse, delta, causal, interpret)
+    dk, dv = _backward_dkv(q, k, v, d_out, lse, delta, causal, interpret)
     return dq, dk, dv
 
 
-flash.defvjp(_flash_fwd, _flash_bwd)
+_flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def _padded(q, k, v):
@@ -116,12 +127,12 @@ def _key_steps(q0, num_keys: int, block_k: int, causal: bool):
     total = pl.cdiv(num_keys, block_k)
     unmasked = num_keys // block_k
     if causal:
-        total = jnp.minimum(total, pl.cdiv(q0 + BLOCK_Q, block_k))
+        total = jnp.minimum(total, pl.cdiv(q0 + BLOCK_Q, jnp.int32(block_k)))
         unmasked = jnp.minimum(unmasked, (q0 + 1) // block_k)
     return unmasked, total
 
 
-def _forward(q, k, v, causal):
+def _forward(q, k, v, causal, interpret):
     batch, num_queries, num_heads, head_dim = q.shape
     group = num_heads // k.shape[2]
     q, k, v, num_queries, num_keys = _padded(q, k, v)
@@ -140,7 +151,7 @@ def _forward(q, k, v, causal):
             acc, m, total_p = carry
             slot = j % 2
             plgpu.barrier_wait(k_bars.at[slot])
-            s = _matmul(q_smem, k_smem.at[slot].transpose((1, 0)), (BLOCK_Q, block_k))
+            s = _matmul(q_smem, k_smem.at[slot].transpose((1, 0)), (BLOCK_Q, block_k), interpret)
             s = s * LOG2E
             if masked:
                 seen = _visible(s.shape, q0, j * block_k, True, num_keys, causal)
@@ -151,14 +162,14 @@ def _forward(q, k, v, causal):
             total_p = total_p * alpha + p.sum(axis=1)
             acc = acc * lax.broadcast_in_dim(alpha, acc.shape, [0])
             plgpu.barrier_wait(v_bars.at[slot])
-            acc = _accumulate(acc, p.astype(dtype), v_smem.at[slot])
+            acc = _accumulate(acc, p.astype(dtype), v_smem.at[slot], interpret)
             pl.when(j + 2 < total)(lambda: fetch(j + 2, slot))
             return acc, m_new, total_p
 
         carry = (
             _zeros((BLOCK_Q, head_dim)),
-            plgpu.layout_cast(jnp.full((BLOCK_Q,), -jnp.inf), plgpu.Layout.WGMMA.reduce(1)),
-            plgpu.layout_cast(jnp.zeros((BLOCK_Q,)), plgpu.Layout.WGMMA.reduce(1)),
+            plgpu.layout_cast(jnp.full((BLOCK_Q,), -jnp.inf, F32), plgpu.Layout.WGMMA.reduce(1)),
+            plgpu.layout_cast(jnp.zeros((BLOCK_Q,), F32), plgpu.Layout.WGMMA.reduce(1)),
         )
         carry = lax.fori_loop(0, unmasked, functools.partial(step, masked=False), carry)
         acc, m, total_p = lax.fori_loop(
@@ -172,8 +183,9 @@ def _forward(q, k, v, causal):
         plgpu.wait_smem_to_gmem(0)
 
     padded_queries = q.shape[1]
-    out, lse = plgpu.kernel(
+    out, lse = _launch(
         kernel,
+        interpret,
         out_type=(
             jax.ShapeDtypeStruct(q.shape, dtype),
             jax.ShapeDtypeStruct((batch, num_heads, padded_queries), jnp.float32),
@@ -187,7 +199,6 @@ def _forward(q, k, v, causal):
         ),
         grid=(num_heads, padded_queries // BLOCK_Q, batch),
         grid_names=("h", "q", "b"),
-        compiler_params=plgpu.CompilerParams(approx_math=True),
     )(q, k, v)
     return out[:, :num_queries], lse[:, :, :num_queries]
 
@@ -206,11 +217,20 @@ def _query_tile(k_ref, v_ref, k_smem, v_smem, k_bars, v_bars, group, block_k):
     return b, h, q0, fetch
 
 
+def _interpreted_dot(a, b_ref):
+    """``a @ b_ref`` as plain loads and a dot, then the fence that makes them visible to later
+    TMA copies into the same buffers, as a completed wgmma's reads are (the interpreter)."""
+    out = jnp.dot(a, b_ref[...], preferred_element_type=jnp.float32)
+    plgpu.commit_smem()
+    return out
+
+
 def _load(ref, axis: int):
     """A whole 1-D float32 shared-memory ``ref`` as a row (``axis=1``) or column (``0``) vector
-    of the wgmma layout (``plgpu.load`` takes an index up to jax 0.11, none from 0.12)."""
+    of the wgmma layout (``plgpu.load`` needs an index in jax 0.10, takes none from 0.12)."""
     layout = plgpu.Layout.WGMMA.reduce(axis)
-    if "idx" in inspect.signature(plgpu.load).parameters:
+    index = inspect.signature(plgpu.load).parameters.get("idx")
+    if index is not None and index.default is inspect.Parameter.empty:
         return plgpu.load(ref, (), layout=layout)
     return plgpu.load(ref, layout=layout)
 
@@ -219,8 +239,17 @@ def _zeros(shape):
     return plgpu.layout_cast(jnp.zeros(shape, jnp.float32), plgpu.Layout.WGMMA)
 
 
-def _matmul(a, b, shape):
+def _launch(kernel, interpret: bool, **kwargs):
+    """``plgpu.kernel`` with fast approximate math, or in the interpreter (races raise)."""
+    if interpret:
+        return plgpu.kernel(kernel, interpret=plgpu.InterpretGPUParams(detect_races=True), **kwargs)
+    return plgpu.kernel(kernel, compiler_params=plgpu.CompilerParams(approx_math=True), **kwargs)
+
+
+def _matmul(a, b, shape, interpret: bool):
     """``a @ b`` (shared-memory operands) into a fresh float32 accumulator of ``shape``."""
+    if interpret:
+        return _interpreted_dot(a[...], b)
 
     def run(acc_ref):
         plgpu.wgmma(acc_ref, a, b)
@@ -229,8 +258,10 @@ def _matmul(a, b, shape):
     return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
 
 
-def _accumulate(acc, a, b):
+def _accumulate(acc, a, b, interpret: bool):
     """``acc + a @ b`` (``a`` in registers or shared memory, ``b`` in shared memory)."""
+    if interpret:
+        return acc + _interpreted_dot(a, b)
 
     def run(acc_ref):
         plgpu.wgmma(acc_ref, a, b)
@@ -238,7 +269,7 @@ def _accumulate(acc, a, b):
     return pl.run_state(run)(plgpu.ACC.init(acc))
 
 
-def _backward_dq(q, k, v, d_out, lse, delta, causal):
+def _backward_dq(q, k, v, d_out, lse, delta, causal, interpret):
     batch, num_queries, num_heads, head_dim = q.shape
     group = num_heads // k.shape[2]
     q, k, v, num_queries, num_keys = _padded(q, k, v)
@@ -266,15 +297,15 @@ def _backward_dq(q, k, v, d_out, lse, delta, causal):
         def step(j, dq, masked):
             slot = j % 2
             plgpu.barrier_wait(k_bars.at[slot])
-            s = _matmul(q_smem, k_smem.at[slot].transpose((1, 0)), (BLOCK_Q, block_k))
+            s = _matmul(q_smem, k_smem.at[slot].transpose((1, 0)), (BLOCK_Q, block_k), interpret)
             p = jnp.exp2(s * LOG2E - lax.broadcast_in_dim(lse2, s.shape, [0]))
             if masked:
                 seen = _visible(s.shape, q0, j * block_k, True, num_keys, causal)
                 p = jnp.where(seen, p, 0.0)
             plgpu.barrier_wait(v_bars.at[slot])
-            dp = _matmul(do_smem, v_smem.at[slot].transpose((1, 0)), (BLOCK_Q, block_k))
+            dp = _matmul(do_smem, v_smem.at[slot].transpose((1, 0)), (BLOCK_Q, block_k), interpret)
             ds = p * (dp - lax.broadcast_in_dim(delta, dp.shape, [0]))
-            dq = _accumulate(dq, ds.astype(dtype), k_smem.at[slot])
+            dq = _accumulate(dq, ds.astype(dtype), k_smem.at[slot], interpret)
             pl.when(j + 2 < total)(lambda: fetch(j + 2, slot))
             return dq
 
@@ -287,8 +318,9 @@ def _backward_dq(q, k, v, d_out, lse, delta, causal):
         plgpu.copy_smem_to_gmem(q_smem, dq_ref.at[rows])
         plgpu.wait_smem_to_gmem(0)
 
-    dq = plgpu.kernel(
+    dq = _launch(
         kernel,
+        interpret,
         out_type=jax.ShapeDtypeStruct(q.shape, dtype),
         scratch_types=(
             (
@@ -307,12 +339,11 @@ def _backward_dq(q, k, v, d_out, lse, delta, causal):
         ),
         grid=(num_heads, q.shape[1] // BLOCK_Q, batch),
         grid_names=("h", "q", "b"),
-        compiler_params=plgpu.CompilerParams(approx_math=True),
     )(q, k, v, d_out, lse, delta)
     return dq[:, :num_queries]
 
 
-def _backward_dkv(q, k, v, d_out, lse, delta, causal):
+def _backward_dkv(q, k, v, d_out, lse, delta, causal, interpret):
     batch, _, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[2]
     group = num_heads // num_kv_heads
@@ -328,7 +359,7 @@ def _backward_dkv(q, k, v, d_out, lse, delta, causal):
         b, h, k0 = lax.axis_index("b"), lax.axis_index("h"), lax.axis_index("k") * block_k
         first = k0 // BLOCK_Q if causal else 0  # query tiles before see none of these keys
         # from this query tile on every query sees every key of the tile
-        unmasked_from = pl.cdiv(k0 + block_k - 1, BLOCK_Q) if causal else 0
+        unmasked_from = pl.cdiv(k0 + block_k - 1, jnp.int32(BLOCK_Q)) if causal else 0
 
         def fetch(i, slot):
             rows = (b, pl.ds(i * BLOCK_Q, BLOCK_Q), h)
@@ -351,19 +382,22 @@ def _backward_dkv(q, k, v, d_out, lse, delta, causal):
             slot = (i - first) % 2
             plgpu.barrier_wait(q_bars.at[slot])
             plgpu.barrier_wait(lse_bars.at[slot])
-            s_t = _matmul(k_smem, q_smem.at[slot].transpose((1, 0)), (block_k, BLOCK_Q))
+            s_t = _matmul(k_smem, q_smem.at[slot].transpose((1, 0)), (block_k, BLOCK_Q), interpret)
             lse2 = _load(lse_smem.at[slot], 0)
             p_t = jnp.exp2(s_t * LOG2E - lax.broadcast_in_dim(lse2 * LOG2E, s_t.shape, [1]))
             if masked:
                 seen = _visible(s_t.shape, k0, i * BLOCK_Q, False, num_keys, causal)
                 p_t = jnp.where(seen, p_t, 0.0)
             plgpu.barrier_wait(do_bars.at[slot])
-            dv = _accumulate(dv, p_t.astype(dtype), do_smem.at[slot])
-            dp_t = _matmul(v_smem, do_smem.at[slot].transpose((1, 0)), (block_k, BLOCK_Q))
+            dv = _accumulate(dv, p_t.astype(dtype), do_smem.at[slot], interpret)
+            dp_t = _matmul(
+                v_smem, do_smem.at[slot].transpose((1, 0)), (block_k, BLOCK_Q), interpret
+            )
             plgpu.barrier_wait(delta_bars.at[slot])
             delta = _load(delta_smem.at[slot], 0)
             ds_t = p_t * (dp_t - lax.broadcast_in_dim(delta, dp_t.shape, [1]))
-            dk = _accumulate(dk, ds_t.astype(dtype), q_smem.at[slot])
+            dk = _accumulate(dk, ds_t.astype(dtype), q_smem.at[slot], interpret)
+            plgpu.commit_smem()  # the generic loads of this slot's lse and delta, before TMA
             pl.when(i + 2 < num_q_tiles)(lambda: fetch(i + 2, slot))
             return dk, dv
 
@@ -380,8 +414,9 @@ def _backward_dkv(q, k, v, d_out, lse, delta, causal):
         plgpu.wait_smem_to_gmem(0)
 
     per_head = jax.ShapeDtypeStruct((batch, k.shape[1], num_heads, head_dim), dtype)
-    dk, dv = plgpu.kernel(
+    dk, dv = _launch(
         kernel,
+        interpret,
         out_type=(per_head, per_head),
         scratch_types=(
             (
@@ -396,7 +431,6 @@ def _backward_dkv(q, k, v, d_out, lse, delta, causal):
         ),
         grid=(num_heads, k.shape[1] // block_k, batch),
         grid_names=("h", "k", "b"),
-        compiler_params=plgpu.CompilerParams(approx_math=True),
     )(q, k, v, d_out, lse, delta)
 
     def per_kv_head(x):
