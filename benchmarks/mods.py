@@ -3,10 +3,10 @@
     python benchmarks/mods.py                   # the figures of docs/performance.md
     python benchmarks/mods.py --length 1024     # a quicker look
 
-B=1, N=8, H=64, float32 (CPU). Per group, the first row is the
-baseline; speed-up = baseline time / time (median of ``--repeats`` after a warm-up, compile
-timed separately); memory = the compiled program's temporary bytes. Block masks are built
-once and passed with ``block_mask=``; building one is its own row.
+B=1, N=8, H=64, float32 (CPU). Per group, the first row is the baseline; speed-up = baseline
+time / time (median of ``--repeats`` after a warm-up, compile timed separately); memory = the
+compiled program's temporary bytes. Block masks are built once and passed with
+``block_mask=``; building one is its own row.
 
 - document: a ``document`` mask_mod (16 equal documents) with its block mask, against
   ``jax.nn.dot_product_attention`` and chunked given the same mask as a dense boolean array.
@@ -76,11 +76,15 @@ def timed_block_mask(mask_mod, params, length, blocks):
     return block, seconds
 
 
+def documents(batch, length):
+    """``(mod_params, dense mask [batch, 1, length, length])`` of 16 equal documents."""
+    ids = (jnp.arange(length) // (length // 16))[None].repeat(batch, 0)
+    return {"document_ids": ids}, (ids[:, :, None] == ids[:, None, :])[:, None]
+
+
 def document_group(length, blocks, repeats):
-    ids = (jnp.arange(length) // (length // 16))[None]
-    params = {"document_ids": ids}
+    params, dense = documents(B, length)
     block, build_s = timed_block_mask(mods.document(), params, length, blocks)
-    dense = (ids[:, :, None] == ids[:, None, :])[:, None]
     print(f"\nblock mask for 16 documents: {block}, built in {build_s * 1e3:.1f} ms")
     q, k, v = qkv(length)
     group(
@@ -202,11 +206,9 @@ def gpu_groups(length, repeats):
         repeats,
         same_output=False,
     )
-    ids = (jnp.arange(length) // (length // 16))[None].repeat(2, 0)
-    params = {"document_ids": ids}
+    params, dense = documents(2, length)
     tiles = aj.BlockSizes(128, 64)  # the kernel's bfloat16 tiles
     block = masks.block_mask(mods.document(), params, 2, None, length, length, tiles)
-    dense = (ids[:, :, None] == ids[:, None, :])[:, None]
     print(f"\nblock mask for 16 documents: {block}")
     group(
         f"Pallas, document mask, bfloat16, B=2 N=16 H=128, T={length}",

@@ -32,12 +32,14 @@ try:
     from jax.experimental.pallas import mosaic_gpu as plgpu
 except ImportError:  # a JAX without Mosaic GPU
     plgpu = None
+# plgpu.load needs an index in jax 0.10, deprecates it in 0.11 and takes none from 0.12
+_LOAD_INDEX = plgpu and inspect.signature(plgpu.load).parameters.get("idx")
+_LOAD_NEEDS_INDEX = bool(_LOAD_INDEX) and _LOAD_INDEX.default is inspect.Parameter.empty
 
 BLOCK_Q = 64  # one warpgroup's wgmma rows
 BLOCK_K = 128  # the forward's key tile
 BLOCK_K_BACKWARD = 64  # two [64, H] float32 accumulators stay in registers
 LOG2E = math.log2(math.e)
-F32 = jnp.float32
 
 
 def flash(q, k, v, causal: bool, *, interpret: bool = False):
@@ -106,6 +108,15 @@ def _padded(q, k, v):
     return q, k, v, num_queries, num_keys
 
 
+def _padded_backward(q, k, v, d_out, lse, delta):
+    """:func:`_padded` with ``d_out``, ``lse`` and ``delta`` padded like ``q``:
+    ``(q, k, v, d_out, lse, delta, T, S)``."""
+    q, k, v, num_queries, num_keys = _padded(q, k, v)
+    d_out = pad_axis(d_out, 1, q.shape[1])
+    lse, delta = (pad_axis(x, 2, q.shape[1]) for x in (lse, delta))
+    return q, k, v, d_out, lse, delta, num_queries, num_keys
+
+
 def _tile(shape, dtype):
     """A shared-memory tile laid out for wgmma (8 x 64 tiles, 128-byte swizzle)."""
     transforms = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
@@ -168,8 +179,10 @@ def _forward(q, k, v, causal, interpret):
 
         carry = (
             _zeros((BLOCK_Q, head_dim)),
-            plgpu.layout_cast(jnp.full((BLOCK_Q,), -jnp.inf, F32), plgpu.Layout.WGMMA.reduce(1)),
-            plgpu.layout_cast(jnp.zeros((BLOCK_Q,), F32), plgpu.Layout.WGMMA.reduce(1)),
+            plgpu.layout_cast(
+                jnp.full((BLOCK_Q,), -jnp.inf, jnp.float32), plgpu.Layout.WGMMA.reduce(1)
+            ),
+            plgpu.layout_cast(jnp.zeros((BLOCK_Q,), jnp.float32), plgpu.Layout.WGMMA.reduce(1)),
         )
         carry = lax.fori_loop(0, unmasked, functools.partial(step, masked=False), carry)
         acc, m, total_p = lax.fori_loop(
@@ -227,10 +240,9 @@ def _interpreted_dot(a, b_ref):
 
 def _load(ref, axis: int):
     """A whole 1-D float32 shared-memory ``ref`` as a row (``axis=1``) or column (``0``) vector
-    of the wgmma layout (``plgpu.load`` needs an index in jax 0.10, takes none from 0.12)."""
+    of the wgmma layout."""
     layout = plgpu.Layout.WGMMA.reduce(axis)
-    index = inspect.signature(plgpu.load).parameters.get("idx")
-    if index is not None and index.default is inspect.Parameter.empty:
+    if _LOAD_NEEDS_INDEX:
         return plgpu.load(ref, (), layout=layout)
     return plgpu.load(ref, layout=layout)
 
@@ -272,9 +284,7 @@ def _accumulate(acc, a, b, interpret: bool):
 def _backward_dq(q, k, v, d_out, lse, delta, causal, interpret):
     batch, num_queries, num_heads, head_dim = q.shape
     group = num_heads // k.shape[2]
-    q, k, v, num_queries, num_keys = _padded(q, k, v)
-    d_out = pad_axis(d_out, 1, q.shape[1])
-    lse, delta = (pad_axis(x, 2, q.shape[1]) for x in (lse, delta))
+    q, k, v, d_out, lse, delta, num_queries, num_keys = _padded_backward(q, k, v, d_out, lse, delta)
     block_k, dtype = BLOCK_K_BACKWARD, q.dtype
 
     def kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, smem, bars):
@@ -347,9 +357,7 @@ def _backward_dkv(q, k, v, d_out, lse, delta, causal, interpret):
     batch, _, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[2]
     group = num_heads // num_kv_heads
-    q, k, v, num_queries, num_keys = _padded(q, k, v)
-    d_out = pad_axis(d_out, 1, q.shape[1])
-    lse, delta = (pad_axis(x, 2, q.shape[1]) for x in (lse, delta))
+    q, k, v, d_out, lse, delta, _, num_keys = _padded_backward(q, k, v, d_out, lse, delta)
     block_k, dtype = BLOCK_K_BACKWARD, q.dtype
     num_q_tiles = q.shape[1] // BLOCK_Q
 
@@ -383,8 +391,8 @@ def _backward_dkv(q, k, v, d_out, lse, delta, causal, interpret):
             plgpu.barrier_wait(q_bars.at[slot])
             plgpu.barrier_wait(lse_bars.at[slot])
             s_t = _matmul(k_smem, q_smem.at[slot].transpose((1, 0)), (block_k, BLOCK_Q), interpret)
-            lse2 = _load(lse_smem.at[slot], 0)
-            p_t = jnp.exp2(s_t * LOG2E - lax.broadcast_in_dim(lse2 * LOG2E, s_t.shape, [1]))
+            lse = _load(lse_smem.at[slot], 0)
+            p_t = jnp.exp2(s_t * LOG2E - lax.broadcast_in_dim(lse * LOG2E, s_t.shape, [1]))
             if masked:
                 seen = _visible(s_t.shape, k0, i * BLOCK_Q, False, num_keys, causal)
                 p_t = jnp.where(seen, p_t, 0.0)
@@ -427,7 +435,7 @@ def _backward_dkv(q, k, v, d_out, lse, delta, causal, interpret):
                 plgpu.SMEM((2, BLOCK_Q), jnp.float32),
                 plgpu.SMEM((2, BLOCK_Q), jnp.float32),
             ),
-            (plgpu.Barrier(num_barriers=2),) + (plgpu.Barrier(num_barriers=2),) * 4,
+            (plgpu.Barrier(num_barriers=2),) * 5,
         ),
         grid=(num_heads, k.shape[1] // block_k, batch),
         grid_names=("h", "k", "b"),
@@ -438,5 +446,4 @@ def _backward_dkv(q, k, v, d_out, lse, delta, causal, interpret):
         x = x.reshape(*x.shape[:2], num_kv_heads, group, head_dim).sum(axis=3)
         return x.astype(dtype)
 
-    del num_queries
     return per_kv_head(dk), per_kv_head(dv)
